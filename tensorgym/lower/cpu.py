@@ -1,0 +1,123 @@
+"""Lower a workload under a CPU-template config (see ``templates/cpu.py``) to a loop AST."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import loopast as A
+from .. import te
+from ..space import Config
+from ..workloads import Workload
+from .common import Loop, axis_index, buffer_of, convert, make_loader, nest, tile_axis
+
+MAX_VECTOR_LANES = 64
+
+
+def lower_cpu(workload: Workload, config: Config) -> A.Program:
+    out = workload.output
+    op = out.op
+    v = config.values
+    producers = [t for t in te.input_tensors(out) if isinstance(t.op, te.ComputeOp)]
+    inline = producers if v.get("inline_pad", 1) else []
+    buffers = {t: buffer_of(t) for t in [*workload.inputs, out, *producers]}
+    load = make_loader(buffers, inline)
+
+    groups: dict[str, list[Loop]] = {g: [] for g in ("S0", "S1", "S2", "R0", "R1")}
+    tiles = {}
+    for ax in (*op.axes, *op.reduce_axes):
+        levels = 2 if ax.reduce else 3
+        factors = v.get(f"tile_{ax.name}", (1,) * (levels - 1) + (ax.extent,))
+        loops, strides = tile_axis(ax, factors)
+        tiles[ax] = (loops, strides)
+        for lp in loops:
+            groups[("R" if ax.reduce else "S") + str(lp.level)].append(lp)
+    order = groups["S0"] + [lp for g in v["reorder"] for lp in groups[g]]
+
+    # Fuse the leading outer loops into one parallel loop; their vars become div/mod of it.
+    n_par = min(v["parallel"], len(groups["S0"]))
+    value: dict[A.LoopVar, A.Expr] = {}
+    fused = order[:n_par]
+    par_var = A.LoopVar("fused") if n_par else None
+    for i, lp in enumerate(fused):
+        inner = math.prod(f.extent for f in fused[i + 1:])
+        e: A.Expr = A.BinOp("//", par_var, A.IntImm(inner)) if inner > 1 else par_var
+        value[lp.var] = A.BinOp("%", e, A.IntImm(lp.extent)) if i > 0 else e
+    rest = order[n_par:]
+
+    def index_of(ax: te.IterVar) -> A.Expr:
+        loops, strides = tiles[ax]
+        return axis_index(loops, strides, value)
+
+    axes = {ax: index_of(ax) for ax in (*op.axes, *op.reduce_axes)}
+    out_buf = buffers[out]
+    out_idx = tuple(axes[ax] for ax in op.axes)
+    body_value = convert(op.body.body, axes, load)
+
+    first_red = next((i for i, lp in enumerate(rest) if lp.axis.reduce), len(rest))
+    outer, block = rest[:first_red], rest[first_red:]
+    inner_spatial = [lp for lp in block if not lp.axis.reduce]
+    unroll = v.get("unroll_max_step", 0)
+    vectorize = v.get("vectorize", "none") == "inner"
+
+    if v.get("cache_write", 0):
+        acc = A.Buffer("acc", tuple(lp.extent for lp in inner_spatial) or (1,), "local")
+        acc_idx = tuple(lp.var for lp in inner_spatial) or (A.IntImm(0),)
+        target, target_idx = acc, acc_idx
+    else:
+        acc = None
+        target, target_idx = out_buf, out_idx
+
+    update = A.Store(target, target_idx,
+                     A.BinOp("+", A.Load(target, target_idx), A.BinOp("*", *_factors(body_value))))
+    init = nest(_annotate(inner_spatial, vectorize, unroll),
+                A.Store(target, target_idx, A.FloatImm(0.0)))
+    main = nest(_annotate(block, vectorize, unroll), update)
+    block_stmt = A.seq(init, main)
+    if acc is not None:
+        writeback = nest(_annotate(inner_spatial, vectorize, unroll),
+                         A.Store(out_buf, out_idx, A.Load(acc, acc_idx)))
+        block_stmt = A.Allocate(acc, A.seq(block_stmt, writeback))
+    stmt = nest([(lp.var, lp.extent, "serial") for lp in outer], block_stmt)
+    if par_var is not None:
+        stmt = A.For(par_var, math.prod(lp.extent for lp in fused), "parallel", stmt)
+
+    stages = [_lower_elementwise(t, buffers, load, v["parallel"] > 0, vectorize)
+              for t in producers if t not in inline]
+    return A.Program(f"{workload.op}_kernel", tuple(buffers[t] for t in (*workload.inputs, out)),
+                     tuple(buffers[t] for t in producers if t not in inline),
+                     A.seq(*stages, stmt))
+
+
+def _factors(e: A.Expr) -> tuple[A.Expr, A.Expr]:
+    """The reduction body is a product of two loads (conv2d, matmul)."""
+    assert isinstance(e, A.BinOp) and e.op == "*", e
+    return e.a, e.b
+
+
+def _annotate(loops: Sequence[Loop], vectorize: bool, unroll_max: int):
+    """(var, extent, kind) for a nest: vectorize the innermost loop when it is spatial, then
+    unroll inner loops while the product of their extents stays within ``unroll_max``."""
+    kinds = ["serial"] * len(loops)
+    i = len(loops) - 1
+    if vectorize and loops and not loops[-1].axis.reduce and loops[-1].extent <= MAX_VECTOR_LANES:
+        kinds[-1] = "vectorized"
+        i -= 1
+    steps = 1
+    while unroll_max and i >= 0:
+        steps *= loops[i].extent
+        if steps > unroll_max:
+            break
+        kinds[i] = "unrolled"
+        i -= 1
+    return [(lp.var, lp.extent, k) for lp, k in zip(loops, kinds)]
+
+
+def _lower_elementwise(t: te.Tensor, buffers, load, parallel: bool, vectorize: bool) -> A.Stmt:
+    """A materialised producer stage (the padding of conv2d): one loop per axis."""
+    loops = [Loop(A.LoopVar(ax.name), ax.extent, ax, 0) for ax in t.op.axes if ax.extent > 1]
+    axes = {ax: next((lp.var for lp in loops if lp.axis is ax), A.IntImm(0)) for ax in t.op.axes}
+    store = A.Store(buffers[t], tuple(axes[ax] for ax in t.op.axes), convert(t.op.body, axes, load))
+    kinds = _annotate(loops, vectorize, 0)
+    if parallel and kinds:
+        kinds[0] = (kinds[0][0], kinds[0][1], "parallel" if len(kinds) > 1 else kinds[0][2])
+    return nest(kinds, store)

@@ -1,0 +1,214 @@
+"""Schedule spaces: knobs in AutoTVM's style and a ``ConfigSpace`` over their product.
+
+A config is a point of the product of the knobs' option lists. It has an integer index (O(1)
+dedup, cheap sampling), a tuple of per-knob choices (the env's ``MultiDiscrete`` action), and a
+JSON form that stores option *values*, not indices, so it survives changes to the space.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .errors import InvalidConfigError
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def factorizations(n: int, levels: int, policy: str = "all") -> list[tuple[int, ...]]:
+    """Ordered factorizations of ``n`` into ``levels`` factors (outermost first).
+
+    ``policy="pow2"`` keeps the inner factors powers of two (the outermost takes the rest).
+    """
+    if levels == 1:
+        return [(n,)]
+    out = []
+    for d in divisors(n):
+        if policy == "pow2" and d & (d - 1):
+            continue
+        for rest in factorizations(n // d, levels - 1, policy):
+            out.append(rest + (d,))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A categorical knob: one of ``options``. ``kind`` tells what it means to the template."""
+
+    name: str
+    options: tuple[Any, ...]
+    kind: str = "other"  # split | reorder | annotate | other
+
+    def __post_init__(self) -> None:
+        if not self.options:
+            raise ValueError(f"knob {self.name} has no options")
+
+    @property
+    def size(self) -> int:
+        return len(self.options)
+
+    def index_of(self, value: Any) -> int:
+        v = _canonical(value)
+        for i, o in enumerate(self.options):
+            if o == v:
+                return i
+        raise InvalidConfigError(f"{value!r} is not an option of knob {self.name}")
+
+
+def split_knob(name: str, extent: int, levels: int, policy: str = "all") -> Knob:
+    return Knob(name, tuple(factorizations(extent, levels, policy)), "split")
+
+
+def reorder_knob(name: str, orders: Sequence[Sequence[str]]) -> Knob:
+    return Knob(name, tuple(tuple(o) for o in orders), "reorder")
+
+
+def annotate_knob(name: str, choices: Sequence[str]) -> Knob:
+    return Knob(name, tuple(choices), "annotate")
+
+
+def other_knob(name: str, values: Sequence[Any]) -> Knob:
+    return Knob(name, tuple(values), "other")
+
+
+def _canonical(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_canonical(x) for x in v)
+    return v
+
+
+@dataclass(frozen=True)
+class Config:
+    """One schedule: a value per knob. ``choices[i]`` is the option index of knob ``i``."""
+
+    space_name: str
+    choices: tuple[int, ...]
+    values: dict[str, Any] = field(compare=False, hash=False)
+    index: int = field(compare=False)
+
+    def __getitem__(self, knob: str) -> Any:
+        return self.values[knob]
+
+    def to_json(self) -> str:
+        return json.dumps({"space": self.space_name, "knobs": self.values}, sort_keys=True)
+
+    def __repr__(self) -> str:
+        return f"Config({self.index}: {self.values})"
+
+
+@dataclass(frozen=True)
+class ConfigSpace:
+    name: str  # e.g. "conv2d/cpu"; configs of one space are comparable
+    knobs: tuple[Knob, ...]
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(k.size for k in self.knobs)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def from_choices(self, choices: Sequence[int]) -> Config:
+        choices = tuple(int(c) for c in choices)
+        if len(choices) != len(self.knobs):
+            raise InvalidConfigError(
+                f"{self.name} has {len(self.knobs)} knobs, got {len(choices)} choices")
+        index = 0
+        for c, k in zip(choices, self.knobs):
+            if not 0 <= c < k.size:
+                raise InvalidConfigError(f"choice {c} out of range for knob {k.name} "
+                                         f"(0..{k.size - 1})")
+            index = index * k.size + c
+        values = {k.name: k.options[c] for c, k in zip(choices, self.knobs)}
+        return Config(self.name, choices, values, index)
+
+    def get(self, index: int) -> Config:
+        index = int(index)
+        if not 0 <= index < self.size:
+            raise InvalidConfigError(f"index {index} out of range [0, {self.size})")
+        choices = []
+        rest = index
+        for k in reversed(self.knobs):
+            rest, c = divmod(rest, k.size)
+            choices.append(c)
+        return self.from_choices(choices[::-1])
+
+    def from_values(self, values: dict[str, Any]) -> Config:
+        missing = [k.name for k in self.knobs if k.name not in values]
+        extra = [n for n in values if n not in {k.name for k in self.knobs}]
+        if missing or extra:
+            raise InvalidConfigError(
+                f"config does not fit space {self.name}: missing {missing}, unknown {extra}")
+        return self.from_choices([k.index_of(values[k.name]) for k in self.knobs])
+
+    def from_json(self, text: "str | dict") -> Config:
+        try:
+            obj = json.loads(text) if isinstance(text, str) else text
+            values = obj["knobs"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise InvalidConfigError(f"malformed config JSON: {e}") from None
+        if obj.get("space", self.name) != self.name:
+            raise InvalidConfigError(f"config of space {obj['space']!r}, not {self.name!r}")
+        return self.from_values(values)
+
+    def sample(self, rng: np.random.Generator, n: int = 1) -> list[Config]:
+        """``n`` uniform samples (with replacement) of the whole product."""
+        cols = [rng.integers(0, k.size, size=n) for k in self.knobs]
+        return [self.from_choices([c[i] for c in cols]) for i in range(n)]
+
+    def sample_unique(self, rng: np.random.Generator, n: int,
+                      exclude: "set[int] | None" = None) -> list[Config]:
+        """Up to ``n`` distinct samples whose indices are not in ``exclude``."""
+        seen = set(exclude or ())
+        out: list[Config] = []
+        n = min(n, self.size - len(seen))
+        tries = 0
+        while len(out) < n and tries < 100 * n + 100:
+            tries += 1
+            c = self.sample(rng, 1)[0]
+            if c.index not in seen:
+                seen.add(c.index)
+                out.append(c)
+        return out
+
+    def neighbors(self, config: Config) -> Iterator[Config]:
+        """Every config that differs from ``config`` in exactly one knob."""
+        for i, k in enumerate(self.knobs):
+            for c in range(k.size):
+                if c != config.choices[i]:
+                    ch = list(config.choices)
+                    ch[i] = c
+                    yield self.from_choices(ch)
+
+    def random_neighbor(self, config: Config, rng: np.random.Generator) -> Config:
+        movable = [i for i, k in enumerate(self.knobs) if k.size > 1]
+        if not movable:
+            return config
+        i = movable[int(rng.integers(len(movable)))]
+        c = int(rng.integers(self.knobs[i].size - 1))
+        c += c >= config.choices[i]
+        ch = list(config.choices)
+        ch[i] = c
+        return self.from_choices(ch)
+
+    def __str__(self) -> str:
+        lines = [f"ConfigSpace {self.name}: {self.size:,} configs"]
+        for k in self.knobs:
+            shown = ", ".join(map(str, k.options[:4])) + (", ..." if k.size > 4 else "")
+            lines.append(f"  {k.name:<14} {k.kind:<8} {k.size:>5} options: {shown}")
+        return "\n".join(lines)
