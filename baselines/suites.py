@@ -1,0 +1,52 @@
+"""Named leaderboard suites: which (workload, target) tasks, how many trials, which seeds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorgym.errors import TensorGymError
+
+_QUICK = ("conv2d:1,32,14,14,32,3,1,1", "matmul:128,128,128", "conv2d:1,16,28,28,32,3,2,1")
+_RESNET18 = tuple(f"conv2d-C{i}" for i in range(1, 13))
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    tasks: tuple[tuple[str, str], ...]  # (workload name or key, target)
+    trials: int
+    seeds: tuple[int, ...]
+    description: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "tasks": [list(t) for t in self.tasks], "trials": self.trials,
+                "seeds": list(self.seeds), "description": self.description}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Suite":
+        return cls(obj["name"], tuple((w, t) for w, t in obj["tasks"]), int(obj["trials"]),
+                   tuple(obj["seeds"]), obj.get("description", ""))
+
+
+def _suites() -> dict[str, Suite]:
+    out = {}
+    for target in ("cpu", "opencl", "cuda"):
+        out[f"resnet18-{target}"] = Suite(
+            f"resnet18-{target}", tuple((w, target) for w in _RESNET18), 1000, (0, 1, 2),
+            f"ResNet-18 layers C1-C12 of the paper's Table 1 on {target}")
+        out[f"quick-{target}"] = Suite(
+            f"quick-{target}", tuple((w, target) for w in _QUICK), 64, (0, 1, 2),
+            f"three small layers on {target}: a fast run")
+        out[f"tiny-{target}"] = Suite(
+            f"tiny-{target}", (("matmul:16,16,16", target),), 8, (0, 1),
+            f"one tiny matmul on {target}: for tests and smoke checks")
+    return out
+
+
+SUITES: dict[str, Suite] = _suites()
+
+
+def get_suite(name: str) -> Suite:
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise TensorGymError(f"unknown suite {name!r}; choose from {', '.join(SUITES)}") from None

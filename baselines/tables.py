@@ -1,0 +1,159 @@
+"""Leaderboard tables from a (merged) results document: per task and aggregated by geometric
+mean, as Markdown or CSV.
+
+A task is (workload, target, device): GFLOP/s from different devices are never compared. The
+"best known" config of a task is the fastest trial any agent found for it in the document.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, fields
+
+from .metrics import geomean, normalized_auc, trials_to_reach
+from .results import Entry, ResultsDoc, Run
+
+Task = tuple[str, str, str]  # workload, target, device
+
+
+def device_name(run: Run) -> str:
+    return str(run.device.get("name", "unknown"))
+
+
+@dataclass
+class TaskRow:
+    """One agent on one task, averaged over its seeds."""
+
+    task: str
+    device: str
+    agent: str
+    seeds: int
+    budget: int
+    best_gflops: float  # mean over seeds of the re-measured best
+    best_gflops_std: float
+    frac_of_best: float  # best_gflops / best known on the task
+    vendor_gflops: float  # 0 where the vendor library was skipped
+    speedup_vs_vendor: "float | None"
+    trials_to_90: "float | None"  # median over seeds; None if no seed got there
+    auc: float  # normalized area under the best-so-far curve
+    failures: float
+    wall_s: float
+    build_s: float
+    measure_s: float
+    search_s: float
+
+
+@dataclass
+class AgentRow:
+    rank: int
+    agent: str
+    tasks: int
+    geomean_frac_of_best: float
+    geomean_speedup_vs_vendor: "float | None"
+    mean_auc: float
+    wall_s: float
+
+
+def _reported(e: Entry) -> float:
+    if e.best is not None:
+        return e.best.gflops
+    return max(e.curve(), default=0.0)
+
+
+def task_rows(doc: ResultsDoc) -> list[TaskRow]:
+    groups: dict[Task, dict[str, list[tuple[Run, Entry]]]] = defaultdict(lambda: defaultdict(list))
+    for run, e in doc.entries():
+        groups[(e.label or e.workload, e.target, device_name(run))][e.agent].append((run, e))
+    rows = []
+    for (workload, target, device), by_agent in groups.items():
+        best_known = max(max(max(e.curve(), default=0.0), _reported(e))
+                         for items in by_agent.values() for _, e in items)
+        for agent, items in by_agent.items():
+            reported = [_reported(e) for _, e in items]
+            mean_best = statistics.fmean(reported)
+            vendors = [v.gflops for r, e in items
+                       if (v := r.vendor_for(e.workload, e.target)) and v.gflops > 0]
+            vendor = statistics.fmean(vendors) if vendors else 0.0
+            reach = [trials_to_reach(e.curve(), 0.9 * best_known) for _, e in items]
+            reached = [r for r in reach if r is not None]
+            rows.append(TaskRow(
+                task=f"{workload}@{target}", device=device, agent=agent, seeds=len(items),
+                budget=max(e.budget for _, e in items), best_gflops=mean_best,
+                best_gflops_std=statistics.pstdev(reported) if len(reported) > 1 else 0.0,
+                frac_of_best=mean_best / best_known if best_known > 0 else 0.0,
+                vendor_gflops=vendor, speedup_vs_vendor=mean_best / vendor if vendor else None,
+                trials_to_90=(statistics.median(reached)
+                              if len(reached) * 2 > len(reach) else None),
+                auc=statistics.fmean(normalized_auc(e.curve(), best_known, e.budget)
+                                     for _, e in items),
+                failures=statistics.fmean(e.failures for _, e in items),
+                wall_s=statistics.fmean(e.wall_time for _, e in items),
+                build_s=statistics.fmean(e.build_time for _, e in items),
+                measure_s=statistics.fmean(e.measure_time for _, e in items),
+                search_s=statistics.fmean(e.search_time for _, e in items)))
+    rows.sort(key=lambda r: (r.task, r.device, -r.best_gflops))
+    return rows
+
+
+def agent_rows(rows: list[TaskRow]) -> list[AgentRow]:
+    by_agent: dict[str, list[TaskRow]] = defaultdict(list)
+    for r in rows:
+        by_agent[r.agent].append(r)
+    out = []
+    for agent, rs in by_agent.items():
+        speedups = [r.speedup_vs_vendor for r in rs if r.speedup_vs_vendor]
+        out.append(AgentRow(0, agent, len(rs), geomean(r.frac_of_best for r in rs),
+                            geomean(speedups) if speedups else None,
+                            statistics.fmean(r.auc for r in rs),
+                            sum(r.wall_s for r in rs)))
+    out.sort(key=lambda a: (-a.geomean_frac_of_best, -a.mean_auc, a.agent))
+    for i, a in enumerate(out):
+        a.rank = i + 1
+    return out
+
+
+def _fmt(v: object, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def markdown(doc: ResultsDoc) -> str:
+    rows = task_rows(doc)
+    if not rows:
+        return "(no results)\n"
+    lines = ["## Leaderboard (geometric mean over tasks)", "",
+             "| rank | agent | tasks | geomean best/best-known | geomean speedup vs vendor "
+             "| mean AUC | wall s |", "|---|---|---|---|---|---|---|"]
+    for a in agent_rows(rows):
+        lines.append(f"| {a.rank} | {a.agent} | {a.tasks} | {_fmt(a.geomean_frac_of_best, 3)} "
+                     f"| {_fmt(a.geomean_speedup_vs_vendor)} | {_fmt(a.mean_auc, 3)} "
+                     f"| {_fmt(a.wall_s, 1)} |")
+    lines += ["", "## Per task (mean over seeds; best re-measured)", "",
+              "| task | device | agent | seeds | budget | best GFLOP/s | vs vendor "
+              "| trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.1f})"
+                  if r.speedup_vs_vendor else "-")
+        reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
+        lines.append(
+            f"| {r.task} | {r.device} | {r.agent} | {r.seeds} | {r.budget} "
+            f"| {r.best_gflops:.2f} ± {r.best_gflops_std:.2f} | {vendor} | {reach} "
+            f"| {r.auc:.3f} | {r.failures:.1f} | {r.wall_s:.1f} | {r.build_s:.1f} "
+            f"| {r.measure_s:.1f} | {r.search_s:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(doc: ResultsDoc) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    names = [f.name for f in fields(TaskRow)]
+    writer.writerow(names)
+    for r in task_rows(doc):
+        writer.writerow(["" if getattr(r, n) is None else getattr(r, n) for n in names])
+    return buf.getvalue()
