@@ -21,11 +21,12 @@ class SyntheticEnv:
     """A stand-in for the env's measure(): a smooth synthetic runtime over the knob choices
     (unit tests of search logic only; the real env is exercised in the end-to-end tests)."""
 
-    def __init__(self, space: ConfigSpace, fail_every: int = 0) -> None:
+    def __init__(self, space: ConfigSpace, fail_every: int = 0, flops: int = 10**6) -> None:
         self.space = space
         self.history: list[MeasureResult] = []
         self.batches: list[int] = []
         self.fail_every = fail_every
+        self.flops = flops
 
     @property
     def unwrapped(self) -> "SyntheticEnv":
@@ -38,9 +39,9 @@ class SyntheticEnv:
             target = np.array(self.space.dims) // 3
             cost = 1e-3 * (1 + float(np.abs(np.array(c.choices) - target).sum()))
             if self.fail_every and c.index % self.fail_every == 0:
-                r = MeasureResult(c, (), ErrorCode.RUNTIME_DEVICE, "synthetic crash", 10**6)
+                r = MeasureResult(c, (), ErrorCode.RUNTIME_DEVICE, "synthetic crash", self.flops)
             else:
-                r = MeasureResult(c, (cost,), flops=10**6, build_time=0.001, run_time=0.002)
+                r = MeasureResult(c, (cost,), flops=self.flops, build_time=0.001, run_time=0.002)
             out.append(r)
         self.history += out
         return out

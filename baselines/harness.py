@@ -1,0 +1,71 @@
+"""The few places the harness touches the core: making an env, re-measuring a config, and
+describing the machine. Kept apart so the leaderboard, validation and CLI share them."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+from importlib import metadata
+from typing import Any
+
+from tensorgym.workloads import Workload, get_workload
+
+
+def make_env(workload: "str | Workload", target: str, **kwargs: Any) -> Any:
+    """The tuning env for any workload (registered name or shape key) and target."""
+    from tensorgym.envs import make_env as core_make_env
+
+    return core_make_env(get_workload(workload), target, **kwargs)
+
+
+def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,
+              measurer: Any = None) -> tuple[list[float], str]:
+    """Time one config ``repeats`` more times (outside any env: these are not trials).
+    Returns (all timed samples in seconds, error message or "")."""
+    import json
+
+    from tensorgym.hardware import Measurer
+    from tensorgym.templates import space_for
+
+    space = space_for(workload, target)
+    config = space.from_json(config_json if isinstance(config_json, str)
+                             else json.dumps(config_json))
+    measurer = measurer or Measurer(target)
+    costs: list[float] = []
+    for r in measurer.measure(workload, [config] * repeats):
+        if not r.ok:
+            return costs, f"{r.error.name}: {r.error_msg}"
+        costs.extend(r.costs)
+    return costs, ""
+
+
+def gflops_of(workload: Workload, costs: list[float]) -> float:
+    return workload.flops / statistics.median(costs) / 1e9 if costs else 0.0
+
+
+def device_info(target: str) -> dict[str, Any]:
+    from tensorgym.hardware.runtime import get_runtime
+
+    runtime = get_runtime(target)
+    runtime.check_available()
+    return {"name": runtime.device_name(), "target": target, "host": platform.node(),
+            "platform": platform.platform(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count()}
+
+
+def device_threads(device_name: str) -> "int | None":
+    """The CPU runtime's thread count, from its fingerprint (``cpu/<arch>/<model>/<n>t``)."""
+    m = re.search(r"/(\d+)t$", device_name)
+    return int(m.group(1)) if m else None
+
+
+def software_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("tensorgym", "numpy", "llvmlite", "gymnasium", "torch", "stable-baselines3",
+                 "sb3-contrib", "xgboost", "pyopencl"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out

@@ -1,0 +1,115 @@
+"""Run a suite: every agent x task x seed on this machine, with the vendor library measured in the
+same run, each run's best config re-measured, and every trial kept in a results document.
+
+    doc = run_suite(get_suite("quick-cpu"), ["random", "grid", "ga"], trials=32)
+    doc.save("results.json"); print(markdown(doc))
+"""
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from tensorgym.errors import TensorGymError
+from tensorgym.workloads import get_workload
+
+from . import get_agent
+from .harness import (device_info, device_threads, gflops_of, make_env, remeasure,
+                      software_versions)
+from .results import Best, Entry, ResultsDoc, Run, Trial
+from .suites import Suite
+from .vendor import measure_vendor
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunOptions:
+    trials: "int | None" = None  # default: the suite's
+    seeds: "Sequence[int] | None" = None  # default: the suite's
+    remeasure: int = 3  # re-measurements of each run's best config (each several samples)
+    vendor: bool = True
+    records: Any = None  # passed to the env (path, Records or None)
+    agent_options: dict[str, dict] = field(default_factory=dict)
+    env_options: dict[str, Any] = field(default_factory=dict)
+
+
+def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
+              options: RunOptions) -> Entry:
+    """One agent on one task with one seed."""
+    w = get_workload(workload)
+    agent_opts = options.agent_options.get(agent_name, {})
+    agent = get_agent(agent_name, **agent_opts)
+    env = make_env(w, target, budget=trials, records=options.records,
+                   **{**options.env_options, **getattr(agent, "env_kwargs", {})})
+    try:
+        t0 = time.perf_counter()
+        history = agent.tune(env, trials, seed=seed)
+        wall = time.perf_counter() - t0
+    finally:
+        env.close()
+    if len(history) > trials:
+        raise TensorGymError(f"agent {agent_name} used {len(history)} trials, budget {trials}")
+    build = sum(r.build_time for r in history)
+    measure = sum(r.run_time for r in history)
+    entry = Entry(agent_name, w.key, target, seed, trials, w.flops, wall, build, measure,
+                  max(0.0, wall - build - measure), [Trial.from_result(r) for r in history],
+                  agent_options=agent_opts, label=w.name)
+    entry.best = best_of(entry, options.remeasure)
+    return entry
+
+
+def best_of(entry: Entry, repeats: int) -> "Best | None":
+    ok = [(t.gflops, i) for i, t in enumerate(entry.trials) if t.ok]
+    if not ok:
+        return None
+    g, i = max(ok)
+    config = entry.trials[i].config
+    costs: list[float] = []
+    if repeats > 0:
+        costs, err = remeasure(get_workload(entry.workload), entry.target, config, repeats)
+        if err:  # a config that passed once and fails now is reported as not reproducible
+            return Best(config, i, g, 0.0, costs)
+    gflops = gflops_of(get_workload(entry.workload), costs) if costs else g
+    return Best(config, i, g, gflops, costs)
+
+
+def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" = None,
+              progress: "Progress | None" = None) -> ResultsDoc:
+    options = options or RunOptions()
+    trials = options.trials or suite.trials
+    seeds = list(options.seeds if options.seeds is not None else suite.seeds)
+    say = progress or (lambda msg: None)
+    runs: dict[str, Run] = {}  # one run per target in the suite
+    for workload, target in suite.tasks:
+        if target not in runs:
+            device = device_info(target)
+            runs[target] = Run(uuid.uuid4().hex, _now(), device, software_versions(),
+                               {**suite.to_json(), "trials": trials, "agents": list(agents)},
+                               seeds)
+        run = runs[target]
+        w = get_workload(workload)
+        if options.vendor:
+            vendor = measure_vendor(w, target, threads=device_threads(run.device["name"]))
+            run.vendor.append(vendor)
+            say(f"{w.label}@{target}: vendor {vendor.library}: "
+                + (f"{vendor.gflops:.2f} GFLOP/s" if not vendor.skipped else
+                   f"skipped ({vendor.skipped})"))
+        for agent in agents:
+            for seed in seeds:
+                entry = run_entry(agent, workload, target, seed, trials, options)
+                run.entries.append(entry)
+                best = entry.best.gflops if entry.best else 0.0
+                say(f"{w.label}@{target}: {agent} seed {seed}: best {best:.2f} GFLOP/s "
+                    f"({len(entry.trials)} trials, {entry.failures} failed, "
+                    f"{entry.wall_time:.1f}s)")
+    return ResultsDoc(list(runs.values()))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+__all__ = ["RunOptions", "run_entry", "run_suite"]

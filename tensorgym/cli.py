@@ -1,0 +1,291 @@
+"""``tensorgym`` command line: list | tune | leaderboard run/show | validate.
+
+Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. This is
+the only module of ``tensorgym`` that imports ``tensorgym.baselines`` / ``tensorgym.agents``, and
+only inside the commands that need an agent or the leaderboard.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import TensorGymError
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` agent options; values parsed as JSON where they can be."""
+    out = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key:
+            raise UsageError(f"agent option {p!r} is not key=value")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tensorgym", description="Learning to optimize tensor programs: "
+                "Gymnasium environments with real measurements, agents and a leaderboard.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ls = sub.add_parser("list", help="workloads, targets, envs, suites and agents")
+    ls.add_argument("what", nargs="?", default="all",
+                    choices=["all", "workloads", "targets", "envs", "suites", "agents"])
+
+    t = sub.add_parser("tune", help="tune one workload on one target")
+    t.add_argument("workload", help="a registered name (conv2d-C6) or a shape "
+                   "(conv2d:1,96,17,17,160,3,1,1, matmul:333,517,129)")
+    t.add_argument("--target", default="cpu")
+    t.add_argument("--trials", type=_positive, default=64)
+    t.add_argument("--agent", default="random")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="an agent option (repeatable), e.g. --opt batch_size=4")
+    t.add_argument("--db", help="records database path (default: the user cache dir)")
+    t.add_argument("--export-source", metavar="FILE", help="write the best kernel's source")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    t.add_argument("--no-progress", action="store_true")
+
+    lb = sub.add_parser("leaderboard", help="run or show a leaderboard")
+    lsub = lb.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    run = lsub.add_parser("run", help="run a suite and write a results document")
+    run.add_argument("suite")
+    run.add_argument("--agents", default="random,grid,ga", help="comma-separated agent names")
+    run.add_argument("--trials", type=_positive, help="trial budget (default: the suite's)")
+    run.add_argument("--seeds", type=_int_list, help="e.g. 0,1,2 (default: the suite's)")
+    run.add_argument("--remeasure", type=int, default=3,
+                     help="re-measurements of each run's best config before reporting")
+    run.add_argument("--no-vendor", action="store_true", help="skip the vendor library")
+    run.add_argument("--db", help="records database path")
+    run.add_argument("--out", required=True, help="results JSON to write")
+    _output_args(run)
+    show = lsub.add_parser("show", help="merge results documents and print the leaderboard")
+    show.add_argument("results", nargs="+")
+    show.add_argument("--out", help="also write the merged document here")
+    _output_args(show)
+
+    v = sub.add_parser("validate", help="re-measure best configs of a results file here")
+    v.add_argument("results")
+    v.add_argument("--tolerance", type=float, default=0.25,
+                   help="flag claims more than this fraction slower when re-measured")
+    v.add_argument("--repeats", type=_positive, default=3)
+    v.add_argument("--any-device", action="store_true",
+                   help="also check entries measured on another device")
+    return p
+
+
+def _output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--md", metavar="FILE", help="write the Markdown table")
+    p.add_argument("--csv", metavar="FILE", help="write the per-task table as CSV")
+    p.add_argument("--plots", metavar="DIR", help="write best-so-far PNGs here")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .templates import TARGETS
+    from .workloads import WORKLOADS
+
+    what = args.what
+    if what in ("all", "workloads"):
+        print("workloads:")
+        for name, w in WORKLOADS.items():
+            print(f"  {name:<14} {w.key:<34} {w.flops / 1e9:8.3f} GFLOP")
+        print("  (or any shape: conv2d:N,IC,H,W,OC,K,STRIDE,PAD / matmul:M,N,K)")
+    if what in ("all", "targets"):
+        print("targets:", ", ".join(TARGETS))
+    if what in ("all", "envs"):
+        import gymnasium as gym
+
+        from . import envs  # noqa: F401  (registers the envs)
+
+        ids = sorted(i for i in gym.registry if i.startswith("TensorSched"))
+        print(f"envs ({len(ids)}):")
+        for i in ids:
+            print(f"  {i}")
+    if what in ("all", "suites"):
+        from tensorgym.baselines.suites import SUITES
+
+        print("suites:")
+        for s in SUITES.values():
+            print(f"  {s.name:<16} {len(s.tasks):>2} tasks, {s.trials} trials, seeds "
+                  f"{','.join(map(str, s.seeds))}: {s.description}")
+    if what in ("all", "agents"):
+        from tensorgym.baselines import AGENTS
+
+        print("agents:", ", ".join(AGENTS))
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .workloads import get_workload
+
+    workload = get_workload(args.workload)
+    from tensorgym.baselines import get_agent
+    from tensorgym.baselines.harness import make_env
+
+    agent = get_agent(args.agent, **_options(args.opt))
+    env = make_env(workload, args.target, budget=args.trials, records=args.db,
+                   **getattr(agent, "env_kwargs", {}))
+    bar = None
+    if not (args.no_progress or args.json):
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.trials, desc=f"{args.agent} {workload.label}", unit="trial")
+
+    def on_batch(_agent: Any, batch: list) -> None:
+        if bar is not None:
+            bar.update(len(batch))
+            best = env.unwrapped.best
+            bar.set_postfix(best=f"{best.gflops if best else 0.0:.2f} GFLOP/s")
+
+    try:
+        t0 = time.perf_counter()
+        history = agent.tune(env, args.trials, seed=args.seed, callbacks=[on_batch])
+        wall = time.perf_counter() - t0
+    finally:
+        if bar is not None:
+            bar.close()
+        env.close()
+    ok = [r for r in history if r.ok]
+    best = max(ok, key=lambda r: r.gflops) if ok else None
+    summary = {
+        "workload": workload.key, "label": workload.label, "target": args.target,
+        "agent": args.agent, "seed": args.seed, "trials": len(history),
+        "failures": len(history) - len(ok), "wall_time": round(wall, 3),
+        "best_gflops": best.gflops if best else 0.0,
+        "best_config": json.loads(best.config.to_json()) if best else None,
+    }
+    if best is not None and args.export_source:
+        from .hardware.runtime import get_runtime
+        from .lower import lower
+
+        source = get_runtime(args.target).render(lower(workload, best.config))
+        Path(args.export_source).write_text(source)
+        summary["source"] = args.export_source
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{workload.label} on {args.target}: {len(history)} trials "
+              f"({summary['failures']} failed) in {wall:.1f}s")
+        if best is None:
+            print("no valid config found")
+        else:
+            print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms)")
+            print(f"config: {best.config.to_json()}")
+            if args.export_source:
+                print(f"source written to {args.export_source}")
+    return 0 if best is not None else 1
+
+
+def _write_outputs(doc: Any, args: argparse.Namespace) -> None:
+    from tensorgym.baselines import tables
+
+    print(tables.markdown(doc), end="")
+    if args.md:
+        Path(args.md).write_text(tables.markdown(doc))
+    if args.csv:
+        Path(args.csv).write_text(tables.csv_text(doc))
+    if args.plots:
+        from tensorgym.baselines.plots import plot_curves
+
+        for path in plot_curves(doc, args.plots):
+            print(f"plot: {path}")
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from tensorgym.baselines.results import ResultsDoc, merge
+
+    if args.action == "show":
+        doc = merge(ResultsDoc.load(p) for p in args.results)
+        if args.out:
+            doc.save(args.out)
+        _write_outputs(doc, args)
+        return 0
+    from tensorgym.baselines import get_agent
+    from tensorgym.baselines.leaderboard import RunOptions, run_suite
+    from tensorgym.baselines.suites import get_suite
+
+    suite = get_suite(args.suite)
+    agents = [a for a in args.agents.split(",") if a]
+    if not agents:
+        raise UsageError("--agents is empty")
+    for a in agents:
+        get_agent(a)  # fail on a bad name before measuring anything
+    options = RunOptions(trials=args.trials, seeds=args.seeds, remeasure=args.remeasure,
+                         vendor=not args.no_vendor, records=args.db)
+    doc = run_suite(suite, agents, options,
+                    progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    doc.save(args.out)
+    print(f"results written to {args.out}", file=sys.stderr)
+    _write_outputs(doc, args)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tensorgym.baselines.results import ResultsDoc
+    from tensorgym.baselines.validate import report, validate
+
+    checks = validate(ResultsDoc.load(args.results), args.tolerance, args.repeats,
+                      args.any_device)
+    print(report(checks), end="")
+    bad = [c for c in checks if c.status in ("NOT REPRODUCED", "error")]
+    print(f"{len(checks) - len(bad)} of {len(checks)} entries pass "
+          f"({sum(c.status == 'skipped' for c in checks)} skipped); {len(bad)} flagged")
+    return 1 if bad else 0
+
+
+COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
+            "validate": cmd_validate}
+
+
+def main(argv: "Sequence[str] | None" = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TensorGymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
