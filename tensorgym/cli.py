@@ -149,9 +149,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from .templates import canonical_target
     from .workloads import get_workload
 
     workload = get_workload(args.workload)
+    args.target = canonical_target(args.target)
     from tensorgym.baselines import get_agent
     from tensorgym.baselines.harness import make_env
 

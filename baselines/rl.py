@@ -1,0 +1,175 @@
+"""RL baselines with stable-baselines3: PPO on the env's ``config`` action mode (MultiDiscrete:
+one choice per knob, one trial per step) and MaskablePPO (sb3-contrib) on the ``knob`` action
+mode (one knob per step, invalid options masked through ``env.action_masks()``).
+
+What ``tune()`` does: **short online training on that env within the budget**. The policy
+learns from the real measurements it makes; every measured config is a trial, counted by the env
+itself, and training stops the moment the budget is spent. With ``policy_path`` the agent starts
+from a pre-trained policy instead of a fresh one, and either keeps learning online
+(``learn=True``, default) or only acts (``learn=False``: pure evaluation of the pre-trained
+policy, sampled stochastically so it does not re-propose one config forever).
+
+Train/evaluate split (``train_policy`` / ``python -m tensorgym.baselines.rl_split``): train one
+policy on some workloads (real envs, real measurements), save it, then evaluate it with
+``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. A policy only
+transfers between envs with the same observation and action spaces.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+from tensorgym.errors import TensorGymError
+from tensorgym.hardware.result import MeasureResult
+
+from .base import Agent, Callback, check_budget
+
+
+def _trial_counter_callback(agent: "SB3Agent", base: Any, n_trials: int,
+                            callbacks: list[Callback]):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class TrialBudget(BaseCallback):
+        """Stops learning when the env has spent the budget; forwards new results."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.results: list[MeasureResult] = []
+            self._seen = len(base.history)
+
+        def collect(self) -> bool:
+            new = list(base.history[self._seen:])
+            self._seen = len(base.history)
+            if new:
+                self.results.extend(new)
+                for cb in callbacks:
+                    cb(agent, new)
+            return len(self.results) < n_trials
+
+        def _on_step(self) -> bool:
+            return self.collect()
+
+    return TrialBudget()
+
+
+class SB3Agent(Agent):
+    algo_name = ""
+    action_mode = ""
+
+    def __init__(self, policy_path: "str | None" = None, learn: bool = True,
+                 n_steps: int = 32, batch_size: int = 16, n_epochs: int = 4,
+                 learning_rate: float = 3e-4, gamma: float = 0.9, ent_coef: float = 0.01,
+                 net_arch: tuple[int, ...] = (64, 64), device: str = "cpu") -> None:
+        self.policy_path, self.learn = policy_path, learn
+        self.hyper = dict(n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+                          learning_rate=learning_rate, gamma=gamma, ent_coef=ent_coef)
+        self.net_arch, self.device = list(net_arch), device
+        self.model: Any = None
+        self.env_kwargs = {"action_mode": self.action_mode}
+
+    def _algo(self) -> Any:
+        raise NotImplementedError
+
+    def _check_env(self, env: Any) -> None:
+        mode = getattr(env.unwrapped, "action_mode", self.action_mode)
+        if mode != self.action_mode:
+            raise TensorGymError(f"{self.name} needs an env made with action_mode="
+                                 f"{self.action_mode!r}, got {mode!r}")
+
+    def build(self, env: Any, seed: int) -> Any:
+        """A fresh model on ``env``, or the pre-trained one re-bound to it."""
+        algo = self._algo()
+        if self.policy_path:
+            return algo.load(self.policy_path, env=env, device=self.device, seed=seed)
+        return algo("MlpPolicy", env, seed=seed, verbose=0, device=self.device,
+                    policy_kwargs={"net_arch": self.net_arch}, **self.hyper)
+
+    def tune(self, env: Any, n_trials: int, seed: int = 0,
+             callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
+        n_trials = check_budget(n_trials)
+        self._check_env(env)
+        base = env.unwrapped
+        self.model = self.build(env, seed)
+        counter = _trial_counter_callback(self, base, n_trials, list(callbacks))
+        if self.learn:
+            # every step measures at most one config, so the step limit is only a safety net
+            steps = n_trials * (1 + len(base.space.knobs)) * 4 + self.hyper["n_steps"]
+            self.model.learn(total_timesteps=steps, callback=counter,
+                             reset_num_timesteps=True)
+        else:
+            self._act(env, n_trials, seed, counter)
+        return counter.results[:n_trials]
+
+    def _act(self, env: Any, n_trials: int, seed: int, counter: Any) -> None:
+        obs, _ = env.reset(seed=seed)
+        steps = 0
+        limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4
+        while counter.collect() and steps < limit:
+            action = self._predict(env, obs)
+            obs, _, terminated, truncated, _ = env.step(action)
+            steps += 1
+            if terminated or truncated:
+                obs, _ = env.reset()
+
+    def _predict(self, env: Any, obs: Any) -> Any:
+        action, _ = self.model.predict(obs, deterministic=False)
+        return action
+
+    def save(self, path: str) -> None:
+        if self.model is None:
+            raise TensorGymError("nothing to save: the agent has not been trained")
+        self.model.save(path)
+
+
+class PPOAgent(SB3Agent):
+    name = "ppo"
+    action_mode = "config"
+
+    def _algo(self) -> Any:
+        from stable_baselines3 import PPO
+
+        return PPO
+
+
+class MaskablePPOAgent(SB3Agent):
+    name = "maskable-ppo"
+    action_mode = "knob"
+
+    def _algo(self) -> Any:
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+
+    def _check_env(self, env: Any) -> None:
+        super()._check_env(env)
+        if not hasattr(env.unwrapped, "action_masks"):
+            raise TensorGymError("maskable-ppo needs an env with action_masks()")
+
+    def _predict(self, env: Any, obs: Any) -> Any:
+        action, _ = self.model.predict(obs, deterministic=False,
+                                       action_masks=env.unwrapped.action_masks())
+        return action
+
+
+def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_workload: int,
+                 seed: int, path: str, **agent_opts: Any) -> list[list[MeasureResult]]:
+    """Train one policy on each workload in turn (real envs, real measurements) and save it.
+    Returns the training histories."""
+    from . import get_agent
+    from .harness import make_env
+
+    histories = []
+    policy = None
+    for i, w in enumerate(workloads):
+        agent = get_agent(agent_name, policy_path=policy, learn=True, **agent_opts)
+        env = make_env(w, target, budget=trials_per_workload, **agent.env_kwargs)
+        try:
+            histories.append(agent.tune(env, trials_per_workload, seed=seed + i))
+        finally:
+            env.close()
+        agent.save(path)
+        policy = path
+    return histories
+
+
+__all__ = ["MaskablePPOAgent", "PPOAgent", "SB3Agent", "train_policy"]
