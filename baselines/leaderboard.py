@@ -37,10 +37,10 @@ class RunOptions:
 
 
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
-              options: RunOptions) -> Entry:
-    """One agent on one task with one seed."""
+              options: RunOptions, display_name: str = "") -> Entry:
+    """One agent on one task with one seed (listed as ``display_name`` if given)."""
     w = get_workload(workload)
-    agent_opts = options.agent_options.get(agent_name, {})
+    agent_opts = options.agent_options.get(display_name or agent_name, {})
     agent = get_agent(agent_name, **agent_opts)
     env = make_env(w, target, budget=trials, records=options.records,
                    **{**options.env_options, **getattr(agent, "env_kwargs", {})})
@@ -54,7 +54,7 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
         raise TensorGymError(f"agent {agent_name} used {len(history)} trials, budget {trials}")
     build = sum(r.build_time for r in history)
     measure = sum(r.run_time for r in history)
-    entry = Entry(agent_name, w.key, target, seed, trials, w.flops, wall, build, measure,
+    entry = Entry(display_name or agent_name, w.key, target, seed, trials, w.flops, wall, build, measure,
                   max(0.0, wall - build - measure), [Trial.from_result(r) for r in history],
                   agent_options=agent_opts, label=w.name)
     entry.best = best_of(entry, options.remeasure)

@@ -126,3 +126,52 @@ def test_registry_names_and_errors():
         get_agent("random", no_such_option=1)
     with pytest.raises(ValueError, match="positive"):
         get_agent("random").tune(SyntheticEnv(space_for(get_workload("matmul:16,16,16"), "cpu")), 0)
+
+
+# ---------------------------------------------------------------- on the real env
+
+def real_env(tmp_path, trials: int, **kwargs):
+    from tensorgym.baselines.harness import make_env
+
+    return make_env("matmul:16,16,16", "cpu", budget=trials,
+                    records=str(tmp_path / "records.db"), **kwargs)
+
+
+@pytest.mark.parametrize("name", SEARCH_AGENTS)
+def test_real_env_budget_and_reproducibility(name, tmp_path):
+    runs = []
+    for i in range(2):
+        env = real_env(tmp_path / str(i), 8)
+        try:
+            results = get_agent(name).tune(env, 8, seed=11)
+            assert len(results) == 8 == env.unwrapped.trials
+            assert [r.config for r in results] == [r.config for r in env.unwrapped.history]
+            assert all(r.ok for r in results)  # matmul 16^3 builds in every config
+            assert env.unwrapped.best.gflops == max(r.gflops for r in results) > 0
+        finally:
+            env.close()
+        runs.append([r.config.index for r in results])
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("name", ["ppo", "maskable-ppo"])
+def test_rl_agents_on_real_env(name, tmp_path):
+    agent = get_agent(name, n_steps=8, batch_size=8, n_epochs=1)
+    env = real_env(tmp_path, 6, **agent.env_kwargs)
+    try:
+        seen = []
+        results = agent.tune(env, 6, seed=0, callbacks=[lambda a, b: seen.extend(b)])
+        assert len(results) == 6 == env.unwrapped.trials
+        assert seen == results
+        assert any(r.ok for r in results)
+    finally:
+        env.close()
+
+
+def test_rl_rejects_wrong_action_mode(tmp_path):
+    env = real_env(tmp_path, 4, action_mode="knob")
+    try:
+        with pytest.raises(TensorGymError, match="action_mode='config'"):
+            get_agent("ppo").tune(env, 4)
+    finally:
+        env.close()

@@ -50,3 +50,54 @@ def test_bad_arguments_give_one_line(capsys, argv, message):
 def test_help_exits_zero(capsys):
     code, out, _ = run_cli(capsys, "tune", "--help")
     assert code == 0 and "--export-source" in out
+
+
+# ---------------------------------------------------------------- end to end, real measurements
+
+def test_tune_json_db_and_source(capsys, tmp_path):
+    db, src = tmp_path / "r.db", tmp_path / "kernel.ll"
+    code, out, err = run_cli(capsys, "tune", "matmul:16,16,16", "--trials", "6", "--agent",
+                             "random", "--seed", "1", "--db", str(db), "--export-source",
+                             str(src), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["trials"] == 6 and summary["failures"] == 0
+    assert summary["best_gflops"] > 0 and set(summary["best_config"]["knobs"]) >= {"reorder"}
+    assert src.read_text().strip()
+    from tensorgym.records import Records
+
+    assert len(Records(str(db)).query(workload_key="matmul:16,16,16")) == 6
+
+
+def test_tune_human_output(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "tune", "matmul:16,16,16", "--trials", "3", "--agent",
+                           "grid", "--db", str(tmp_path / "r.db"), "--no-progress")
+    assert code == 0 and "best:" in out and "GFLOP/s" in out and "config:" in out
+
+
+def test_leaderboard_run_show_validate(capsys, tmp_path):
+    results = tmp_path / "results.json"
+    code, out, err = run_cli(
+        capsys, "leaderboard", "run", "tiny-cpu", "--agents", "random,ga", "--trials", "4",
+        "--seeds", "0", "--remeasure", "1", "--db", str(tmp_path / "r.db"),
+        "--out", str(results), "--csv", str(tmp_path / "t.csv"), "--plots", str(tmp_path))
+    assert code == 0, err
+    assert "| 1 |" in out and "random" in out and "ga" in out
+    doc = json.loads(results.read_text())
+    entries = doc["runs"][0]["entries"]
+    assert len(entries) == 2 and all(len(e["trials"]) == 4 for e in entries)
+    assert doc["runs"][0]["vendor"][0]["gflops"] > 0
+    assert list(tmp_path.glob("curves-*.png"))
+
+    code, out, _ = run_cli(capsys, "leaderboard", "show", str(results), str(results),
+                           "--out", str(tmp_path / "merged.json"))
+    assert code == 0 and len(json.loads((tmp_path / "merged.json").read_text())["runs"]) == 1
+
+    code, out, err = run_cli(capsys, "validate", str(results), "--repeats", "1")
+    assert code == 0, out + err
+    for e in doc["runs"][0]["entries"]:
+        e["best"]["gflops"] *= 10  # a claim no re-measurement can reproduce
+    doctored = tmp_path / "doctored.json"
+    doctored.write_text(json.dumps(doc))
+    code, out, _ = run_cli(capsys, "validate", str(doctored), "--repeats", "1")
+    assert code == 1 and out.count("NOT REPRODUCED") == 2
