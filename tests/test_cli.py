@@ -93,7 +93,9 @@ def test_leaderboard_run_show_validate(capsys, tmp_path):
                            "--out", str(tmp_path / "merged.json"))
     assert code == 0 and len(json.loads((tmp_path / "merged.json").read_text())["runs"]) == 1
 
-    code, out, err = run_cli(capsys, "validate", str(results), "--repeats", "1")
+    # a loose tolerance: the machine is shared, and the honest claim must not flake
+    code, out, err = run_cli(capsys, "validate", str(results), "--repeats", "1",
+                             "--tolerance", "0.7")
     assert code == 0, out + err
     for e in doc["runs"][0]["entries"]:
         e["best"]["gflops"] *= 10  # a claim no re-measurement can reproduce
