@@ -170,8 +170,8 @@ class _Analyzer:
             self.stores += execs
         else:
             self.loads += execs
-        forms = self.forms.get(id(indices))
-        if forms is None:
+        cached = self.forms.get(id(indices))
+        if cached is None:
             if len(indices) != len(buf.shape):
                 raise ValueError(f"{buf.name} has {len(buf.shape)} dims, "
                                  f"accessed with {len(indices)}")
@@ -183,8 +183,13 @@ class _Analyzer:
                 for _, e in opaque:  # loads hidden in non-affine index parts (gathers)
                     self._index_reads(e, chain, execs)
                 forms.append((terms, opaque))
-            self.forms[id(indices)] = forms
-        key = (buf, id(indices), chain)
+            # merge accesses by the index's structure, not object identity, so a load and a
+            # store of the same element count as one access however the AST was built
+            shape_key = tuple((frozenset(t.items()), tuple((c, _expr_key(e)) for c, e in o))
+                              for t, o in forms)
+            cached = self.forms[id(indices)] = (forms, shape_key)
+        forms, shape_key = cached
+        key = (buf, shape_key, chain)
         acc = self.accesses.get(key)
         if acc is None:
             acc = self.accesses[key] = _Access(self._slot(buf), buf, forms, chain)
@@ -262,8 +267,14 @@ class _Analyzer:
         n_dims = len(shape)
         lin_span = [1] * n_dims
         lin_count = [1] * n_dims
-        distinct = [1] * n_dims
-        has_opaque = any(op for _, op in forms)
+        uses: dict[A.LoopVar, list[tuple[int, int]]] = {}  # var -> [(dim, coeff)]
+        for d, (terms, _) in enumerate(forms):
+            for var, c in terms.items():
+                if c:
+                    uses.setdefault(var, []).append((d, c))
+        # non-affine index parts: [dim, scale, expr, its loop vars, span, distinct values]
+        opaque = [[d, scale, e, _vars(e), 1, 1] for d, (_, op) in enumerate(forms)
+                  for scale, e in op]
         count = acc.multiplicity
         col = _L + acc.slot * _F if acc.slot >= 0 else -1
         in_global = buf.scope == "global"
@@ -272,31 +283,35 @@ class _Analyzer:
         still_fits = [True] * len(_CACHE_SIZES)
         active: dict[A.LoopVar, int] = {}
         loops = self.loops
+        touched = eb
         for k in reversed(acc.chain):
             lp = loops[k]
             var, ext = lp.var, lp.extent
             count *= ext
             stride = 0
-            for d in range(n_dims):
-                c = forms[d][0].get(var)
-                if c:
-                    lin_span[d] += abs(c) * (ext - 1)
-                    lin_count[d] *= ext
-                    stride += c * strides[d]
-                    distinct[d] = min(shape[d], lin_span[d], lin_count[d])
-            if has_opaque:
+            changed = False
+            for d, c in uses.get(var, ()):
+                lin_span[d] += abs(c) * (ext - 1)
+                lin_count[d] *= ext
+                stride += c * strides[d]
+                changed = True
+            if opaque:
                 active[var] = ext
-                for d in range(n_dims):
-                    span, cnt = lin_span[d], lin_count[d]
-                    for scale, e in forms[d][1]:
-                        s_o, c_o = _range(e, active)
-                        span += abs(scale) * (s_o - 1)
-                        cnt *= c_o
+                for term in opaque:
+                    if var in term[3]:
+                        d, scale, e = term[0], term[1], term[2]
+                        term[4], term[5] = _range(e, active)
                         stride += scale * _dominant_coeff(e, var) * strides[d]
-                    distinct[d] = min(shape[d], span, cnt)
-            touched = eb
-            for t in distinct:
-                touched *= t
+                        changed = True
+            if changed:
+                span = lin_span[:]
+                cnt = lin_count[:]
+                for d, scale, _, _, s_o, c_o in opaque:
+                    span[d] += abs(scale) * (s_o - 1)
+                    cnt[d] *= c_o
+                touched = eb
+                for d in range(n_dims):
+                    touched *= min(shape[d], span[d], cnt[d])
             if in_global:
                 for t, cap in enumerate(_CACHE_SIZES):
                     if still_fits[t] and touched <= cap:
@@ -379,6 +394,25 @@ def _collect(e, scale: int, terms: dict, opaque: list) -> None:
         _collect(e.b, scale * e.a.value, terms, opaque)
     elif scale:
         opaque.append((scale, e))
+
+
+def _vars(e) -> frozenset:
+    return frozenset(n for n in A.walk(e) if isinstance(n, A.LoopVar))
+
+
+def _expr_key(e) -> tuple:
+    """A hashable structural key of an index expression (loop variables by identity)."""
+    if isinstance(e, A.BinOp):
+        return (e.op, _expr_key(e.a), _expr_key(e.b))
+    if isinstance(e, A.Select):
+        return ("select", _expr_key(e.cond), _expr_key(e.true_value), _expr_key(e.false_value))
+    if isinstance(e, A.Load):
+        return ("load", e.buffer, tuple(_expr_key(i) for i in e.indices))
+    if isinstance(e, (A.IntImm, A.FloatImm)):
+        return ("imm", e.value)
+    if isinstance(e, A.ThreadIdx):
+        return ("thread", e.tag)
+    return ("var", e)
 
 
 def _range(e, active: dict) -> tuple[int, int]:
