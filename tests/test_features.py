@@ -184,6 +184,7 @@ def test_figure3_context_vectors():
     col = {n: z[:, CTX[n]] for n in CONTEXT_NAMES}
     np.testing.assert_allclose(col["extent"], [_log(8)] * 3)
     np.testing.assert_array_equal(col["depth"], [0, 1, 2])
+    np.testing.assert_array_equal(col["height"], [2, 1, 0])
     np.testing.assert_array_equal(col["innermost"], [0, 0, 1])
     np.testing.assert_allclose(col["outer_iters"], [_log(1), _log(8), _log(64)], rtol=1e-6)
     # touched memory below each loop, in elements as in Figure 3b, times 4 bytes;
@@ -376,6 +377,14 @@ def test_config_encoding_values():
     row = featurize(w, [last], "config")[0]
     assert all(row[5 * k] == 1.0 for k, knob in enumerate(space.knobs) if knob.size > 1)
     assert not row[5 * len(space.knobs):].any()  # padding
+    # a config of another space with the same name but other options is refused
+    w = matmul(48, 32, 16)
+    pow2 = space_for(w, "cpu", split_policy="pow2")
+    odd = next(c for c in space_for(w, "cpu").sample(np.random.default_rng(7), 50)
+               if c.values["tile_i"] not in pow2.knob("tile_i").options
+               and c.choices[0] < pow2.knobs[0].size)
+    with pytest.raises(ValueError, match="pass the space"):
+        featurize(w, [odd], "config", space=pow2)
 
 
 # ---------------------------------------------------------------- errors

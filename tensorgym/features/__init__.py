@@ -146,8 +146,9 @@ def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relati
             out[r] = encode_config(space or _space(workload, c), c)
         return out
     cache = _rows[mode]
+    wkey = workload.key
     for r, c in enumerate(configs):
-        key = (workload.key, c.space_name, tuple(c.values.items()))
+        key = (wkey, c.space_name, tuple(c.values.items()))
         row = cache.get(key)
         if row is None:
             row = _from_summary(summarize(lower(workload, c)), mode)

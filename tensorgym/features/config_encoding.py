@@ -41,9 +41,13 @@ def encode_config(space: ConfigSpace, config: Config) -> np.ndarray:
         if not 0 <= c < knob.size:
             raise ValueError(f"choice {c} out of range for knob {knob.name}; pass the space the "
                              "config came from")
+        value = config.values[knob.name]
+        if knob.options[c] != value:
+            raise ValueError(f"knob {knob.name}: choice {c} is {knob.options[c]!r} in space "
+                             f"{space.name} but the config says {value!r}; pass the space the "
+                             "config came from")
         base = k * KNOB_WIDTH
         out[base] = c / (knob.size - 1) if knob.size > 1 else 0.0
-        value = config.values[knob.name]
         values = value if isinstance(value, tuple) else (value,)
         for t, v in enumerate(values[:MAX_VALUES]):
             out[base + 1 + t] = _scaled(v)

@@ -27,7 +27,7 @@ _KIND_INDEX = {k: i for i, k in enumerate(KIND_NAMES)}
 SLOT_ROLES = ("input", "input", "output", "workspace", "local", "local", "shared", "shared")
 N_SLOTS = len(SLOT_ROLES)
 BUFFER_FIELDS = ("touched_bytes", "access_count", "reuse", "stride", "read", "write")
-LOOP_FIELDS = ("extent", "depth", "innermost", *(f"kind_{k}" for k in KIND_NAMES),
+LOOP_FIELDS = ("extent", "depth", "height", "innermost", *(f"kind_{k}" for k in KIND_NAMES),
                "outer_iters", "body_execs", "total_iters", "footprint_bytes")
 CONTEXT_NAMES = LOOP_FIELDS + tuple(f"slot{s}_{f}" for s in range(N_SLOTS) for f in BUFFER_FIELDS)
 N_CONTEXT = len(CONTEXT_NAMES)
@@ -40,7 +40,7 @@ PROGRAM_NAMES = ("flops", "stores", "loads", "traffic_32KiB", "traffic_1MiB", "n
 N_PROGRAM = len(PROGRAM_NAMES)
 _CACHE_SIZES = (32 << 10, 1 << 20)
 # Columns kept raw (not log-scaled): nesting depth and 0/1 flags.
-_RAW_COLUMNS = np.array([CTX["depth"], CTX["innermost"]]
+_RAW_COLUMNS = np.array([CTX["depth"], CTX["height"], CTX["innermost"]]
                         + [CTX[f"kind_{k}"] for k in KIND_NAMES]
                         + [CTX[f"slot{s}_{f}"] for s in range(N_SLOTS) for f in ("read", "write")])
 _RAW_PROGRAM = np.array([PROGRAM_NAMES.index("max_depth")])
@@ -69,6 +69,7 @@ class LoopInfo:
     outer: int  # iterations of all enclosing loops
     body_execs: int = 0  # leaf statements executed per iteration
     innermost: bool = True
+    height: int = 0  # loops nested below, on the deepest path
 
 
 @dataclass
@@ -229,16 +230,21 @@ class _Analyzer:
         self._stmt(self.program.body, (), 1)
         n = len(self.loops)
         n_kinds = len(KIND_NAMES)
+        for lp in reversed(self.loops):  # children come after their parent in pre-order
+            if lp.parent >= 0:
+                parent = self.loops[lp.parent]
+                parent.height = max(parent.height, lp.height + 1)
         rows = []
         for lp in self.loops:
             row = [0.0] * N_CONTEXT
             row[0] = lp.extent
             row[1] = lp.depth
-            row[2] = lp.innermost
-            row[3 + lp.kind] = 1.0
-            row[3 + n_kinds] = lp.outer
-            row[4 + n_kinds] = lp.body_execs
-            row[5 + n_kinds] = lp.outer * lp.extent
+            row[2] = lp.height
+            row[3] = lp.innermost
+            row[4 + lp.kind] = 1.0
+            row[4 + n_kinds] = lp.outer
+            row[5 + n_kinds] = lp.body_execs
+            row[6 + n_kinds] = lp.outer * lp.extent
             rows.append(row)
         traffic = [0] * len(_CACHE_SIZES)
         for acc in self.accesses.values():
