@@ -14,29 +14,38 @@ from tensorgym.workloads import Workload, get_workload
 
 def make_env(workload: "str | Workload", target: str, **kwargs: Any) -> Any:
     """The tuning env for any workload (registered name or shape key) and target."""
-    from tensorgym.envs import make_env as core_make_env
+    import gymnasium as gym
 
-    return core_make_env(get_workload(workload), target, **kwargs)
+    import tensorgym.envs  # noqa: F401  (registers TensorSched-v0)
+
+    return gym.make("TensorSched-v0", workload=get_workload(workload), target=target, **kwargs)
 
 
 def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,
               measurer: Any = None) -> tuple[list[float], str]:
-    """Time one config ``repeats`` more times (outside any env: these are not trials).
-    Returns (all timed samples in seconds, error message or "")."""
+    """Time one config ``repeats`` more times (outside any env: these are not trials), each
+    time as a separate measurement of several samples. Returns (all timed samples in seconds,
+    error message or "")."""
     import json
 
-    from tensorgym.hardware import Measurer
+    from tensorgym.hardware.measure import Measurer
     from tensorgym.templates import space_for
 
     space = space_for(workload, target)
     config = space.from_json(config_json if isinstance(config_json, str)
                              else json.dumps(config_json))
+    own = measurer is None
     measurer = measurer or Measurer(target)
     costs: list[float] = []
-    for r in measurer.measure(workload, [config] * repeats):
-        if not r.ok:
-            return costs, f"{r.error.name}: {r.error_msg}"
-        costs.extend(r.costs)
+    try:
+        for _ in range(repeats):
+            r = measurer.measure(workload, [config])[0]
+            if not r.ok:
+                return costs, f"{r.error.name}: {r.error_msg}"
+            costs.extend(r.costs)
+    finally:
+        if own:
+            measurer.close()
     return costs, ""
 
 
@@ -48,7 +57,7 @@ def device_info(target: str) -> dict[str, Any]:
     from tensorgym.hardware.runtime import get_runtime
 
     runtime = get_runtime(target)
-    runtime.check_available()
+    runtime.check_available()  # raises TargetUnavailableError, saying what to use instead
     return {"name": runtime.device_name(), "target": target, "host": platform.node(),
             "platform": platform.platform(), "machine": platform.machine(),
             "cpu_count": os.cpu_count()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from tensorgym.errors import TensorGymError
+from tensorgym.hardware.measure import Measurer
 from tensorgym.workloads import get_workload
 
 from . import get_agent
@@ -37,12 +38,13 @@ class RunOptions:
 
 
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
-              options: RunOptions, display_name: str = "") -> Entry:
-    """One agent on one task with one seed (listed as ``display_name`` if given)."""
+              options: RunOptions, display_name: str = "", measurer: Any = None) -> Entry:
+    """One agent on one task with one seed (listed as ``display_name`` if given). A shared
+    ``measurer`` saves starting a measurement worker per entry."""
     w = get_workload(workload)
     agent_opts = options.agent_options.get(display_name or agent_name, {})
     agent = get_agent(agent_name, **agent_opts)
-    env = make_env(w, target, budget=trials, records=options.records,
+    env = make_env(w, target, budget=trials, records=options.records, measurer=measurer,
                    **{**options.env_options, **getattr(agent, "env_kwargs", {})})
     try:
         t0 = time.perf_counter()
@@ -57,11 +59,11 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
     entry = Entry(display_name or agent_name, w.key, target, seed, trials, w.flops, wall, build, measure,
                   max(0.0, wall - build - measure), [Trial.from_result(r) for r in history],
                   agent_options=agent_opts, label=w.name)
-    entry.best = best_of(entry, options.remeasure)
+    entry.best = best_of(entry, options.remeasure, measurer)
     return entry
 
 
-def best_of(entry: Entry, repeats: int) -> "Best | None":
+def best_of(entry: Entry, repeats: int, measurer: Any = None) -> "Best | None":
     ok = [(t.gflops, i) for i, t in enumerate(entry.trials) if t.ok]
     if not ok:
         return None
@@ -69,7 +71,8 @@ def best_of(entry: Entry, repeats: int) -> "Best | None":
     config = entry.trials[i].config
     costs: list[float] = []
     if repeats > 0:
-        costs, err = remeasure(get_workload(entry.workload), entry.target, config, repeats)
+        costs, err = remeasure(get_workload(entry.workload), entry.target, config, repeats,
+                               measurer)
         if err:  # a config that passed once and fails now is reported as not reproducible
             return Best(config, i, g, 0.0, costs)
     gflops = gflops_of(get_workload(entry.workload), costs) if costs else g
@@ -83,29 +86,40 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     seeds = list(options.seeds if options.seeds is not None else suite.seeds)
     say = progress or (lambda msg: None)
     runs: dict[str, Run] = {}  # one run per target in the suite
-    for workload, target in suite.tasks:
-        if target not in runs:
-            device = device_info(target)
-            runs[target] = Run(uuid.uuid4().hex, _now(), device, software_versions(),
-                               {**suite.to_json(), "trials": trials, "agents": list(agents)},
-                               seeds)
-        run = runs[target]
-        w = get_workload(workload)
-        if options.vendor:
-            vendor = measure_vendor(w, target, threads=device_threads(run.device["name"]))
-            run.vendor.append(vendor)
-            say(f"{w.label}@{target}: vendor {vendor.library}: "
-                + (f"{vendor.gflops:.2f} GFLOP/s" if not vendor.skipped else
-                   f"skipped ({vendor.skipped})"))
-        for agent in agents:
-            for seed in seeds:
-                entry = run_entry(agent, workload, target, seed, trials, options)
-                run.entries.append(entry)
-                best = entry.best.gflops if entry.best else 0.0
-                say(f"{w.label}@{target}: {agent} seed {seed}: best {best:.2f} GFLOP/s "
-                    f"({len(entry.trials)} trials, {entry.failures} failed, "
-                    f"{entry.wall_time:.1f}s)")
+    measurers: dict[str, Measurer] = {}
+    for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
+        runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target), software_versions(),
+                           {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
+    try:
+        for workload, target in suite.tasks:
+            if target not in measurers:
+                measurers[target] = Measurer(target)
+            _run_task(runs[target], workload, target, agents, seeds, trials, options,
+                      measurers[target], say)
+    finally:
+        for m in measurers.values():
+            m.close()
     return ResultsDoc(list(runs.values()))
+
+
+def _run_task(run: Run, workload: str, target: str, agents: Sequence[str], seeds: list[int],
+              trials: int, options: RunOptions, measurer: Measurer, say: Progress) -> None:
+    w = get_workload(workload)
+    if options.vendor:
+        vendor = measure_vendor(w, target, threads=device_threads(run.device["name"]))
+        run.vendor.append(vendor)
+        say(f"{w.label}@{target}: vendor {vendor.library}: "
+            + (f"{vendor.gflops:.2f} GFLOP/s" if not vendor.skipped else
+               f"skipped ({vendor.skipped})"))
+    for agent in agents:
+        for seed in seeds:
+            entry = run_entry(agent, workload, target, seed, trials, options,
+                              measurer=measurer)
+            run.entries.append(entry)
+            best = entry.best.gflops if entry.best else 0.0
+            say(f"{w.label}@{target}: {agent} seed {seed}: best {best:.2f} GFLOP/s "
+                f"({len(entry.trials)} trials, {entry.failures} failed, "
+                f"{entry.wall_time:.1f}s)")
 
 
 def _now() -> str:

@@ -25,31 +25,49 @@ from tensorgym.hardware.result import MeasureResult
 from .base import Agent, Callback, check_budget
 
 
-def _trial_counter_callback(agent: "SB3Agent", base: Any, n_trials: int,
-                            callbacks: list[Callback]):
+class _TrialRecorder:
+    """Wraps the env given to stable-baselines3: records every trial the env measures (in the
+    step that measured it, before any auto-reset clears the env's history), forwards it to the
+    callbacks, and ends the session once the agent's budget is spent."""
+
+    def __new__(cls, env: Any, agent: "SB3Agent", n_trials: int, callbacks: list[Callback]):
+        import gymnasium as gym
+
+        class Recorder(gym.Wrapper):
+            def __init__(self) -> None:
+                super().__init__(env)
+                self.results: list[MeasureResult] = []
+
+            @property
+            def spent(self) -> bool:
+                return len(self.results) >= n_trials
+
+            def step(self, action: Any):
+                base = self.env.unwrapped
+                before = len(base.history)
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                new = list(base.history[before:])
+                if new:
+                    self.results.extend(new)
+                    for cb in callbacks:
+                        cb(agent, new)
+                if self.spent:
+                    # the learner stops after this step; not ending the episode keeps the env's
+                    # history (a vectorized env would reset it at once)
+                    terminated = truncated = False
+                return obs, reward, terminated, truncated, info
+
+        return Recorder()
+
+
+def _stop_when_spent(recorder: Any):
     from stable_baselines3.common.callbacks import BaseCallback
 
-    class TrialBudget(BaseCallback):
-        """Stops learning when the env has spent the budget; forwards new results."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.results: list[MeasureResult] = []
-            self._seen = len(base.history)
-
-        def collect(self) -> bool:
-            new = list(base.history[self._seen:])
-            self._seen = len(base.history)
-            if new:
-                self.results.extend(new)
-                for cb in callbacks:
-                    cb(agent, new)
-            return len(self.results) < n_trials
-
+    class StopWhenSpent(BaseCallback):
         def _on_step(self) -> bool:
-            return self.collect()
+            return not recorder.spent
 
-    return TrialBudget()
+    return StopWhenSpent()
 
 
 class SB3Agent(Agent):
@@ -88,25 +106,22 @@ class SB3Agent(Agent):
              callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
         n_trials = check_budget(n_trials)
         self._check_env(env)
-        base = env.unwrapped
-        self.model = self.build(env, seed)
-        counter = _trial_counter_callback(self, base, n_trials, list(callbacks))
+        recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
+        self.model = self.build(recorder, seed)
+        # every step measures at most one config; the step limit is only a safety net
+        limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.hyper["n_steps"]
         if self.learn:
-            # every step measures at most one config, so the step limit is only a safety net
-            steps = n_trials * (1 + len(base.space.knobs)) * 4 + self.hyper["n_steps"]
-            self.model.learn(total_timesteps=steps, callback=counter,
+            self.model.learn(total_timesteps=limit, callback=_stop_when_spent(recorder),
                              reset_num_timesteps=True)
         else:
-            self._act(env, n_trials, seed, counter)
-        return counter.results[:n_trials]
+            self._act(recorder, seed, limit)
+        return recorder.results[:n_trials]
 
-    def _act(self, env: Any, n_trials: int, seed: int, counter: Any) -> None:
+    def _act(self, env: Any, seed: int, limit: int) -> None:
         obs, _ = env.reset(seed=seed)
         steps = 0
-        limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4
-        while counter.collect() and steps < limit:
-            action = self._predict(env, obs)
-            obs, _, terminated, truncated, _ = env.step(action)
+        while not env.spent and steps < limit:
+            obs, _, terminated, truncated, _ = env.step(self._predict(env, obs))
             steps += 1
             if terminated or truncated:
                 obs, _ = env.reset()

@@ -130,18 +130,28 @@ def test_registry_names_and_errors():
 
 # ---------------------------------------------------------------- on the real env
 
-def real_env(tmp_path, trials: int, **kwargs):
+@pytest.fixture(scope="module")
+def measurer():
+    """One measurer (builder pool + worker) shared by the envs of these tests."""
+    from tensorgym.hardware.measure import Measurer, MeasureOptions
+
+    m = Measurer("cpu", MeasureOptions(min_repeat_ms=1, repeat=2))
+    yield m
+    m.close()
+
+
+def real_env(tmp_path, trials: int, measurer, **kwargs):
     from tensorgym.baselines.harness import make_env
 
-    return make_env("matmul:16,16,16", "cpu", budget=trials,
+    return make_env("matmul:16,16,16", "cpu", budget=trials, measurer=measurer,
                     records=str(tmp_path / "records.db"), **kwargs)
 
 
 @pytest.mark.parametrize("name", SEARCH_AGENTS)
-def test_real_env_budget_and_reproducibility(name, tmp_path):
+def test_real_env_budget_and_reproducibility(name, tmp_path, measurer):
     runs = []
     for i in range(2):
-        env = real_env(tmp_path / str(i), 8)
+        env = real_env(tmp_path / str(i), 8, measurer)
         try:
             results = get_agent(name).tune(env, 8, seed=11)
             assert len(results) == 8 == env.unwrapped.trials
@@ -155,9 +165,9 @@ def test_real_env_budget_and_reproducibility(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["ppo", "maskable-ppo"])
-def test_rl_agents_on_real_env(name, tmp_path):
+def test_rl_agents_on_real_env(name, tmp_path, measurer):
     agent = get_agent(name, n_steps=8, batch_size=8, n_epochs=1)
-    env = real_env(tmp_path, 6, **agent.env_kwargs)
+    env = real_env(tmp_path, 6, measurer, **agent.env_kwargs)
     try:
         seen = []
         results = agent.tune(env, 6, seed=0, callbacks=[lambda a, b: seen.extend(b)])
@@ -168,8 +178,8 @@ def test_rl_agents_on_real_env(name, tmp_path):
         env.close()
 
 
-def test_rl_rejects_wrong_action_mode(tmp_path):
-    env = real_env(tmp_path, 4, action_mode="knob")
+def test_rl_rejects_wrong_action_mode(tmp_path, measurer):
+    env = real_env(tmp_path, 4, measurer, action_mode="knob")
     try:
         with pytest.raises(TensorGymError, match="action_mode='config'"):
             get_agent("ppo").tune(env, 4)

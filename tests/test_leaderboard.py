@@ -16,7 +16,7 @@ from tensorgym.baselines.validate import validate
 from tensorgym.errors import TensorGymError
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, get_workload
-from test_baselines import SyntheticEnv
+from tests.test_baselines import SyntheticEnv
 
 WORKLOAD = "matmul:16,16,16"
 
