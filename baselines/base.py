@@ -6,6 +6,7 @@ Batches (default 8) let the env build a batch's kernels in parallel.
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Sequence
 
@@ -29,6 +30,9 @@ class Agent(ABC):
     name: str = ""
     #: keyword arguments the env should be made with for this agent (e.g. an action mode)
     env_kwargs: dict = {}
+    #: seconds the last ``tune`` spent deciding what to measure (outside env.measure / step);
+    #: builds run in parallel, so this cannot be derived from summed build and run times
+    search_time: "float | None" = None
 
     @abstractmethod
     def tune(self, env: Any, n_trials: int, seed: int = 0,
@@ -62,12 +66,17 @@ class BatchSearchAgent(Agent):
         base = env.unwrapped
         self.reset(base.space, np.random.default_rng(seed))
         history: list[MeasureResult] = []
+        self.search_time = 0.0
         while len(history) < n_trials:
+            t0 = time.perf_counter()
             configs = self.ask(min(self.batch_size, n_trials - len(history)))
+            self.search_time += time.perf_counter() - t0
             if not configs:
                 break  # the whole space has been measured
             results = list(base.measure(configs))
+            t0 = time.perf_counter()
             self.tell(configs, results)
+            self.search_time += time.perf_counter() - t0
             history.extend(results)
             for cb in callbacks:
                 cb(self, results)

@@ -88,7 +88,7 @@ class Entry:
     wall_time: float
     build_time: float
     measure_time: float
-    search_time: float  # wall - build - measure: the agent's own thinking
+    search_time: float  # the agent's own time outside measurement (see Agent.search_time)
     trials: list[Trial]
     best: "Best | None" = None
     agent_options: dict[str, Any] = field(default_factory=dict)

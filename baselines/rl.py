@@ -16,6 +16,7 @@ transfers between envs with the same observation and action spaces.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
 
@@ -37,6 +38,7 @@ class _TrialRecorder:
             def __init__(self) -> None:
                 super().__init__(env)
                 self.results: list[MeasureResult] = []
+                self.step_time = 0.0  # seconds inside the env's step (building, measuring)
 
             @property
             def spent(self) -> bool:
@@ -45,7 +47,9 @@ class _TrialRecorder:
             def step(self, action: Any):
                 base = self.env.unwrapped
                 before = len(base.history)
+                t0 = time.perf_counter()
                 obs, reward, terminated, truncated, info = self.env.step(action)
+                self.step_time += time.perf_counter() - t0
                 new = list(base.history[before:])
                 if new:
                     self.results.extend(new)
@@ -106,6 +110,7 @@ class SB3Agent(Agent):
              callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
         n_trials = check_budget(n_trials)
         self._check_env(env)
+        t0 = time.perf_counter()
         recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
         self.model = self.build(recorder, seed)
         # every step measures at most one config; the step limit is only a safety net
@@ -115,6 +120,7 @@ class SB3Agent(Agent):
                              reset_num_timesteps=True)
         else:
             self._act(recorder, seed, limit)
+        self.search_time = time.perf_counter() - t0 - recorder.step_time
         return recorder.results[:n_trials]
 
     def _act(self, env: Any, seed: int, limit: int) -> None:

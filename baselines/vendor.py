@@ -51,9 +51,12 @@ def measure_vendor(workload: Workload, target: str, repeats: int = 10,
                ("cuDNN/cuBLAS" if device == "cuda" else "CPU (oneDNN/MKL)"))
     op = _torch_op(workload)
     saved_threads = torch.get_num_threads()
+    if device == "cpu":
+        threads = threads or os.cpu_count() or 1
+        library += f", {threads} threads"
     try:
         if device == "cpu":
-            torch.set_num_threads(threads or os.cpu_count() or 1)
+            torch.set_num_threads(threads)
         with torch.no_grad():
             args = _torch_inputs(workload, device)
             out = op(*args)  # warm-up and correctness check against tensorgym's reference

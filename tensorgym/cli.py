@@ -168,9 +168,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     def on_batch(_agent: Any, batch: list) -> None:
         if bar is not None:
-            bar.update(len(batch))
             best = env.unwrapped.best
-            bar.set_postfix(best=f"{best.gflops if best else 0.0:.2f} GFLOP/s")
+            bar.set_postfix(best=f"{best.gflops if best else 0.0:.2f} GFLOP/s", refresh=False)
+            bar.update(len(batch))
 
     try:
         t0 = time.perf_counter()

@@ -86,6 +86,8 @@ def test_leaderboard_run_show_validate(capsys, tmp_path):
     doc = json.loads(results.read_text())
     entries = doc["runs"][0]["entries"]
     assert len(entries) == 2 and all(len(e["trials"]) == 4 for e in entries)
+    assert all(0 <= e["search_time"] <= e["wall_time"] for e in entries)
+    assert all(e["best"]["runtimes"] for e in entries)  # the best was re-measured
     assert doc["runs"][0]["vendor"][0]["gflops"] > 0
     assert list(tmp_path.glob("curves-*.png"))
 
