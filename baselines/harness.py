@@ -21,8 +21,13 @@ def make_env(workload: "str | Workload", target: str, **kwargs: Any) -> Any:
     return gym.make("TensorSched-v0", workload=get_workload(workload), target=target, **kwargs)
 
 
+def runtime_options(target: str, threads: int = 0) -> dict[str, Any]:
+    """Runtime keyword arguments: the CPU runtime's thread count (0: all cores)."""
+    return {"num_threads": threads} if target in ("cpu", "llvm") and threads else {}
+
+
 def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,
-              measurer: Any = None) -> tuple[list[float], str]:
+              measurer: Any = None, threads: int = 0) -> tuple[list[float], str]:
     """Time one config ``repeats`` more times (outside any env: these are not trials), each
     time as a separate measurement of several samples. Returns (all timed samples in seconds,
     error message or "")."""
@@ -35,7 +40,7 @@ def remeasure(workload: Workload, target: str, config_json: "str | dict", repeat
     config = space.from_json(config_json if isinstance(config_json, str)
                              else json.dumps(config_json))
     own = measurer is None
-    measurer = measurer or Measurer(target)
+    measurer = measurer or Measurer(target, **runtime_options(target, threads))
     costs: list[float] = []
     try:
         for _ in range(repeats):
@@ -53,10 +58,10 @@ def gflops_of(workload: Workload, costs: list[float]) -> float:
     return workload.flops / statistics.median(costs) / 1e9 if costs else 0.0
 
 
-def device_info(target: str) -> dict[str, Any]:
+def device_info(target: str, threads: int = 0) -> dict[str, Any]:
     from tensorgym.hardware.runtime import get_runtime
 
-    runtime = get_runtime(target)
+    runtime = get_runtime(target, **runtime_options(target, threads))
     runtime.check_available()  # raises TargetUnavailableError, saying what to use instead
     return {"name": runtime.device_name(), "target": target, "host": platform.node(),
             "platform": platform.platform(), "machine": platform.machine(),

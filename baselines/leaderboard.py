@@ -18,7 +18,7 @@ from tensorgym.workloads import get_workload
 
 from . import get_agent
 from .harness import (device_info, device_threads, gflops_of, make_env, remeasure,
-                      software_versions)
+                      runtime_options, software_versions)
 from .results import Best, Entry, ResultsDoc, Run, Trial
 from .suites import Suite
 from .vendor import measure_vendor
@@ -35,6 +35,7 @@ class RunOptions:
     records: Any = None  # passed to the env (path, Records or None)
     agent_options: dict[str, dict] = field(default_factory=dict)
     env_options: dict[str, Any] = field(default_factory=dict)
+    threads: int = 0  # CPU threads of the kernels' parallel loops (0: all cores)
 
 
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
@@ -91,12 +92,14 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     runs: dict[str, Run] = {}  # one run per target in the suite
     measurers: dict[str, Measurer] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
-        runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target), software_versions(),
+        runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target, options.threads),
+                           software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
-                measurers[target] = Measurer(target)
+                measurers[target] = Measurer(target,
+                                             **runtime_options(target, options.threads))
             _run_task(runs[target], workload, target, agents, seeds, trials, options,
                       measurers[target], say)
     finally:

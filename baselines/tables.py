@@ -130,7 +130,7 @@ def markdown(doc: ResultsDoc) -> str:
     if not rows:
         return "(no results)\n"
     lines = ["## Leaderboard (geometric mean over tasks)", "",
-             "| rank | agent | tasks | geomean best/best-known | geomean speedup vs vendor "
+             "| rank | agent | tasks | geomean best/best-reported | geomean speedup vs vendor "
              "| mean AUC | wall s |", "|---|---|---|---|---|---|---|"]
     for a in agent_rows(rows):
         lines.append(f"| {a.rank} | {a.agent} | {a.tasks} | {_fmt(a.geomean_frac_of_best, 3)} "
@@ -141,7 +141,7 @@ def markdown(doc: ResultsDoc) -> str:
               "| trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.1f})"
+        vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.3g})"
                   if r.speedup_vs_vendor else "-")
         reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
         lines.append(

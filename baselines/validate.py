@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from tensorgym.workloads import get_workload
 
-from .harness import device_info, gflops_of, remeasure
+from .harness import device_info, device_threads, gflops_of, remeasure
 from .results import ResultsDoc
 from .tables import device_name
 
@@ -35,7 +35,7 @@ def validate(doc: ResultsDoc, tolerance: float = 0.25, repeats: int = 3,
              progress: "Callable[[str], None] | None" = None) -> list[Check]:
     """Entries measured on another device are skipped unless ``any_device`` (GFLOP/s are only
     comparable on the same device)."""
-    here: dict[str, Any] = {}
+    here: dict[tuple[str, int], Any] = {}  # (target, threads) -> this machine's device name
     checks = []
     for run, e in doc.entries():
         task = f"{e.label or e.workload}@{e.target}"
@@ -43,21 +43,23 @@ def validate(doc: ResultsDoc, tolerance: float = 0.25, repeats: int = 3,
             checks.append(Check(task, e.agent, e.seed, 0.0, 0.0, "skipped", "no valid trial"))
             continue
         claimed = e.best.gflops or e.best.gflops_search
-        if e.target not in here:
+        threads = device_threads(device_name(run)) or 0  # re-measure with the run's threads
+        key = (e.target, threads)
+        if key not in here:
             try:
-                here[e.target] = device_info(e.target)["name"]
+                here[key] = device_info(e.target, threads)["name"]
             except Exception as ex:  # noqa: BLE001  (target absent here: say why, go on)
-                here[e.target] = ex
-        if isinstance(here[e.target], Exception):
+                here[key] = ex
+        if isinstance(here[key], Exception):
             checks.append(Check(task, e.agent, e.seed, claimed, 0.0, "skipped",
-                                f"target unavailable: {here[e.target]}"))
+                                f"target unavailable: {here[key]}"))
             continue
-        if device_name(run) != here[e.target] and not any_device:
+        if device_name(run) != here[key] and not any_device:
             checks.append(Check(task, e.agent, e.seed, claimed, 0.0, "skipped",
-                                f"measured on {device_name(run)}, this is {here[e.target]}"))
+                                f"measured on {device_name(run)}, this is {here[key]}"))
             continue
         w = get_workload(e.workload)
-        costs, err = measure(w, e.target, e.best.config, repeats)
+        costs, err = measure(w, e.target, e.best.config, repeats, threads=threads)
         if err:
             checks.append(Check(task, e.agent, e.seed, claimed, 0.0, "error", err))
         else:

@@ -42,6 +42,16 @@ def _positive(text: str) -> int:
     return n
 
 
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return n
+
+
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
     """``key=value`` agent options; values parsed as JSON where they can be."""
     out = {}
@@ -75,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an agent option (repeatable), e.g. --opt batch_size=4")
     t.add_argument("--db", help="records database path (default: the user cache dir)")
+    t.add_argument("--threads", type=_non_negative, default=0,
+                   help="CPU threads of the kernels' parallel loops (default: all cores)")
     t.add_argument("--export-source", metavar="FILE", help="write the best kernel's source")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.add_argument("--no-progress", action="store_true")
@@ -86,10 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--agents", default="random,grid,ga", help="comma-separated agent names")
     run.add_argument("--trials", type=_positive, help="trial budget (default: the suite's)")
     run.add_argument("--seeds", type=_int_list, help="e.g. 0,1,2 (default: the suite's)")
-    run.add_argument("--remeasure", type=int, default=3,
+    run.add_argument("--remeasure", type=_non_negative, default=3,
                      help="re-measurements of each run's best config before reporting")
     run.add_argument("--no-vendor", action="store_true", help="skip the vendor library")
     run.add_argument("--db", help="records database path")
+    run.add_argument("--threads", type=_non_negative, default=0,
+                     help="CPU threads of the kernels and of the vendor library (0: all cores)")
     run.add_argument("--out", required=True, help="results JSON to write")
     _output_args(run)
     show = lsub.add_parser("show", help="merge results documents and print the leaderboard")
@@ -158,8 +172,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tensorgym.baselines.harness import make_env
 
     agent = get_agent(args.agent, **_options(args.opt))
+    env_opts = {"num_threads": args.threads} if args.target == "cpu" and args.threads else {}
     env = make_env(workload, args.target, budget=args.trials, records=args.db,
-                   **getattr(agent, "env_kwargs", {}))
+                   **env_opts, **getattr(agent, "env_kwargs", {}))
     bar = None
     if not (args.no_progress or args.json):
         from tqdm import tqdm
@@ -246,7 +261,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     for a in agents:
         get_agent(a)  # fail on a bad name before measuring anything
     options = RunOptions(trials=args.trials, seeds=args.seeds, remeasure=args.remeasure,
-                         vendor=not args.no_vendor, records=args.db)
+                         vendor=not args.no_vendor, records=args.db, threads=args.threads)
     doc = run_suite(suite, agents, options,
                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     doc.save(args.out)

@@ -39,6 +39,8 @@ def test_list_everything(capsys):
     (["leaderboard", "show", "/no/such/file.json"], "cannot read"),
     (["validate", "/no/such/file.json"], "cannot read"),
     (["list", "planets"], "invalid choice"),
+    (["tune", "matmul:16,16,16", "--threads", "-1"], "integer >= 0"),
+    (["validate", "r.json", "--repeats", "x"], "positive integer"),
 ])
 def test_bad_arguments_give_one_line(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
@@ -58,7 +60,7 @@ def test_tune_json_db_and_source(capsys, tmp_path):
     db, src = tmp_path / "r.db", tmp_path / "kernel.ll"
     code, out, err = run_cli(capsys, "tune", "matmul:16,16,16", "--trials", "6", "--agent",
                              "random", "--seed", "1", "--db", str(db), "--export-source",
-                             str(src), "--json")
+                             str(src), "--json", "--threads", "1")
     assert code == 0, err
     summary = json.loads(out)
     assert summary["trials"] == 6 and summary["failures"] == 0

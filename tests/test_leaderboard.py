@@ -125,9 +125,10 @@ def test_validate_flags_a_doctored_claim(monkeypatch):
     entry = doc.runs[0].entries[0]
     honest_costs = entry.best.runtimes
     monkeypatch.setattr("tensorgym.baselines.validate.device_info",
-                        lambda target: {"name": "cpu/test/1t"})
+                        lambda target, threads: {"name": "cpu/test/1t"})
 
-    def remeasure(workload, target, config, repeats):
+    def remeasure(workload, target, config, repeats, threads):
+        assert threads == 1  # the run's thread count, from its device fingerprint
         assert config == entry.best.config
         return honest_costs * repeats, ""
 
