@@ -11,14 +11,17 @@ policy, sampled stochastically so it does not re-propose one config forever).
 
 Train/evaluate split (``train_policy`` / ``python -m tensorgym.baselines.rl_split``): train one
 policy on some workloads (real envs, real measurements), save it, then evaluate it with
-``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. A policy only
-transfers between envs with the same observation and action spaces.
+``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. MaskablePPO
+pads the knob-mode spaces to a fixed size (``max_options``, ``max_knobs``; the masks hide the
+padding), so one policy runs on every workload; PPO's MultiDiscrete action has the shape of one
+space, so a pre-trained PPO policy only runs on workloads with the same knob sizes.
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Iterable
 
+import numpy as np
 
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.result import MeasureResult
@@ -74,6 +77,46 @@ def _stop_when_spent(recorder: Any):
     return StopWhenSpent()
 
 
+def _fixed_knob_spaces(env: Any, max_options: int, max_knobs: int) -> Any:
+    """Pads the knob-mode env to ``Discrete(max_options)`` actions and a fixed observation
+    length, so one MaskablePPO policy fits every workload (the masks hide padded options)."""
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    base = env.unwrapped
+    n_knobs, n_opts = len(base.space.knobs), max(base.space.dims)
+    if n_knobs > max_knobs or n_opts > max_options:
+        raise TensorGymError(f"{base.workload.label} has {n_knobs} knobs and up to {n_opts} "
+                             f"options; the policy allows {max_knobs} and {max_options}")
+    n_feat = env.observation_space.shape[0] - n_knobs
+
+    class FixedKnobSpaces(gym.Wrapper):
+        def __init__(self) -> None:
+            super().__init__(env)
+            self.action_space = spaces.Discrete(max_options)
+            self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max,
+                                                (n_feat + max_knobs,), np.float32)
+
+        def _pad(self, obs: np.ndarray) -> np.ndarray:
+            return np.concatenate([obs, np.zeros(max_knobs - n_knobs, np.float32)])
+
+        def reset(self, **kwargs: Any):
+            obs, info = self.env.reset(**kwargs)
+            return self._pad(obs), info
+
+        def step(self, action: Any):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return self._pad(obs), reward, terminated, truncated, info
+
+        def action_masks(self) -> np.ndarray:
+            mask = np.zeros(max_options, bool)
+            inner = base.action_masks()
+            mask[:len(inner)] = inner
+            return mask
+
+    return FixedKnobSpaces()
+
+
 class SB3Agent(Agent):
     algo_name = ""
     action_mode = ""
@@ -112,21 +155,25 @@ class SB3Agent(Agent):
         self._check_env(env)
         t0 = time.perf_counter()
         recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
-        self.model = self.build(recorder, seed)
+        wrapped = self._wrap(recorder)
+        self.model = self.build(wrapped, seed)
         # every step measures at most one config; the step limit is only a safety net
         limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.hyper["n_steps"]
         if self.learn:
             self.model.learn(total_timesteps=limit, callback=_stop_when_spent(recorder),
                              reset_num_timesteps=True)
         else:
-            self._act(recorder, seed, limit)
+            self._act(wrapped, recorder, seed, limit)
         self.search_time = time.perf_counter() - t0 - recorder.step_time
         return recorder.results[:n_trials]
 
-    def _act(self, env: Any, seed: int, limit: int) -> None:
+    def _wrap(self, env: Any) -> Any:
+        return env
+
+    def _act(self, env: Any, recorder: Any, seed: int, limit: int) -> None:
         obs, _ = env.reset(seed=seed)
         steps = 0
-        while not env.spent and steps < limit:
+        while not recorder.spent and steps < limit:
             obs, _, terminated, truncated, _ = env.step(self._predict(env, obs))
             steps += 1
             if terminated or truncated:
@@ -166,14 +213,22 @@ class MaskablePPOAgent(SB3Agent):
         if not hasattr(env.unwrapped, "action_masks"):
             raise TensorGymError("maskable-ppo needs an env with action_masks()")
 
+    def __init__(self, *args: Any, max_options: int = 128, max_knobs: int = 16,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_options, self.max_knobs = max_options, max_knobs
+
+    def _wrap(self, env: Any) -> Any:
+        return _fixed_knob_spaces(env, self.max_options, self.max_knobs)
+
     def _predict(self, env: Any, obs: Any) -> Any:
-        action, _ = self.model.predict(obs, deterministic=False,
-                                       action_masks=env.unwrapped.action_masks())
+        action, _ = self.model.predict(obs, deterministic=False, action_masks=env.action_masks())
         return action
 
 
 def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_workload: int,
-                 seed: int, path: str, **agent_opts: Any) -> list[list[MeasureResult]]:
+                 seed: int, path: str, env_options: "dict | None" = None,
+                 **agent_opts: Any) -> list[list[MeasureResult]]:
     """Train one policy on each workload in turn (real envs, real measurements) and save it.
     Returns the training histories."""
     from . import get_agent
@@ -183,7 +238,8 @@ def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_
     policy = None
     for i, w in enumerate(workloads):
         agent = get_agent(agent_name, policy_path=policy, learn=True, **agent_opts)
-        env = make_env(w, target, budget=trials_per_workload, **agent.env_kwargs)
+        env = make_env(w, target, budget=trials_per_workload,
+                       **{**(env_options or {}), **agent.env_kwargs})
         try:
             histories.append(agent.tune(env, trials_per_workload, seed=seed + i))
         finally:

@@ -187,3 +187,23 @@ def test_rl_rejects_wrong_action_mode(tmp_path, measurer):
             get_agent("ppo").tune(env, 4)
     finally:
         env.close()
+
+
+def test_maskable_ppo_train_then_evaluate_on_held_out_workload(tmp_path, measurer):
+    from tensorgym.baselines.harness import make_env
+    from tensorgym.baselines.rl import train_policy
+
+    policy = str(tmp_path / "policy.zip")
+    opts = dict(n_steps=16, batch_size=16, n_epochs=1)
+    histories = train_policy("maskable-ppo", ["matmul:16,16,16"], "cpu", 4, 0, policy,
+                             env_options={"measurer": measurer, "records": False}, **opts)
+    assert [len(h) for h in histories] == [4]
+    agent = get_agent("maskable-ppo", policy_path=policy, learn=False)
+    env = make_env("matmul:8,8,24", "cpu", budget=4, measurer=measurer, records=False,
+                   **agent.env_kwargs)  # held out: other knob sizes, same padded spaces
+    try:
+        results = agent.tune(env, 4, seed=1)
+        assert len(results) == 4 == env.unwrapped.trials
+        assert all(r.config.space_name == "matmul/cpu" for r in results)
+    finally:
+        env.close()
