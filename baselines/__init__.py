@@ -63,7 +63,9 @@ def get_agent(name: str, **opts: Any) -> Agent:
         raise TensorGymError(f"unknown agent {name!r}; choose from {', '.join(AGENTS)}") from None
     try:
         return factory(**opts)
-    except TypeError as e:  # a misspelt option
+    except TypeError as e:
+        if "argument" not in str(e):  # not a misspelt or missing option: a real bug
+            raise
         raise TensorGymError(f"bad options for agent {name!r}: {e}") from None
 
 

@@ -69,6 +69,8 @@ def _options(pairs: Sequence[str]) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tensorgym", description="Learning to optimize tensor programs: "
                 "Gymnasium environments with real measurements, agents and a leaderboard.")
+    p.add_argument("--traceback", action="store_true",
+                   help="show the full traceback of an unexpected error")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ls = sub.add_parser("list", help="workloads, targets, envs, suites and agents")
@@ -288,6 +290,7 @@ COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -302,6 +305,12 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001  (a bug or a broken install: still one line)
+        if args is not None and args.traceback:
+            raise
+        print(f"error: unexpected {type(e).__name__}: {e} (rerun with --traceback for "
+              "details)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
