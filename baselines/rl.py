@@ -118,7 +118,6 @@ def _fixed_knob_spaces(env: Any, max_options: int, max_knobs: int) -> Any:
 
 
 class SB3Agent(Agent):
-    algo_name = ""
     action_mode = ""
 
     def __init__(self, policy_path: "str | None" = None, learn: bool = True,
