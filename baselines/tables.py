@@ -141,14 +141,14 @@ def markdown(doc: ResultsDoc) -> str:
               "| trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.3g})"
+        vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.2f})"
                   if r.speedup_vs_vendor else "-")
         reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
         lines.append(
             f"| {r.task} | {r.device} | {r.agent} | {r.seeds} | {r.budget} "
             f"| {r.best_gflops:.2f} ± {r.best_gflops_std:.2f} | {vendor} | {reach} "
             f"| {r.auc:.3f} | {r.failures:.1f} | {r.wall_s:.1f} | {r.build_s:.1f} "
-            f"| {r.measure_s:.1f} | {r.search_s:.1f} |")
+            f"| {r.measure_s:.1f} | {r.search_s:.2f} |")
     return "\n".join(lines) + "\n"
 
 
