@@ -49,8 +49,8 @@ class BatchSearchAgent(Agent):
         self.batch_size = int(batch_size)
 
     @abstractmethod
-    def reset(self, space: ConfigSpace, rng: np.random.Generator) -> None:
-        """Start a new search over ``space``."""
+    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
+        """Start a new search over ``space`` that will measure at most ``budget`` configs."""
 
     @abstractmethod
     def ask(self, n: int) -> list[Config]:
@@ -64,7 +64,7 @@ class BatchSearchAgent(Agent):
         n_trials = check_budget(n_trials)
         callbacks = list(callbacks)
         base = env.unwrapped
-        self.reset(base.space, np.random.default_rng(seed))
+        self.reset(base.space, np.random.default_rng(seed), n_trials)
         history: list[MeasureResult] = []
         self.search_time = 0.0
         while len(history) < n_trials:

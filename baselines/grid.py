@@ -38,7 +38,7 @@ class GridSearch(BatchSearchAgent):
         super().__init__(batch_size)
         self.randomize_start = randomize_start
 
-    def reset(self, space: ConfigSpace, rng: np.random.Generator) -> None:
+    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
         self._space = space
         self._size = space.size
         self._stride = weyl_stride(self._size)

@@ -15,7 +15,7 @@ _PERMUTE_LIMIT = 1 << 20
 class RandomSearch(BatchSearchAgent):
     name = "random"
 
-    def reset(self, space: ConfigSpace, rng: np.random.Generator) -> None:
+    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
         self._space = space
         self._rng = rng
         self._seen: set[int] = set()

@@ -102,7 +102,15 @@ def test_ga_beats_random_on_a_smooth_landscape(matmul_space):
 def test_ga_keeps_elites_and_breeds_generations(matmul_space):
     agent = get_agent("ga", pop_size=16, elite_num=2)
     agent.tune(SyntheticEnv(matmul_space), 64, seed=0)
-    assert agent.generation >= 3
+    assert agent.generation == 4  # 16, then 14 children a generation (2 elites kept)
+
+
+def test_ga_population_follows_the_budget(matmul_space):
+    agent = get_agent("ga")
+    agent.tune(SyntheticEnv(matmul_space), 32, seed=0)
+    assert agent.generation == 5  # population 8: 8, then 5 children a generation
+    with pytest.raises(ValueError, match="pop_size"):
+        get_agent("ga", pop_size=3, elite_num=3)
 
 
 def test_weyl_stride_visits_every_index():
