@@ -1,5 +1,8 @@
 """Re-measure the best config of every entry of a results document on this machine and flag
-claims that do not reproduce: measured more than ``tolerance`` slower than claimed."""
+claims that do not reproduce: more than ``tolerance`` slower than claimed even in the fastest
+re-measured sample. (Contention on a shared machine only ever slows a kernel down, so the
+fastest sample asks "can this config reach the claimed speed here at all?"; a doctored claim
+fails it, a busy neighbour does not.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +10,7 @@ from typing import Any, Callable
 
 from tensorgym.workloads import get_workload
 
-from .harness import device_info, device_threads, gflops_of, remeasure
+from .harness import device_info, device_threads, remeasure
 from .results import ResultsDoc
 from .tables import device_name
 
@@ -63,7 +66,7 @@ def validate(doc: ResultsDoc, tolerance: float = 0.25, repeats: int = 3,
         if err:
             checks.append(Check(task, e.agent, e.seed, claimed, 0.0, "error", err))
         else:
-            measured = gflops_of(w, costs)
+            measured = w.flops / min(costs) / 1e9
             ok = measured >= (1 - tolerance) * claimed
             checks.append(Check(task, e.agent, e.seed, claimed, measured,
                                 "ok" if ok else "NOT REPRODUCED"))
@@ -75,7 +78,8 @@ def validate(doc: ResultsDoc, tolerance: float = 0.25, repeats: int = 3,
 
 
 def report(checks: list[Check]) -> str:
-    lines = ["| task | agent | seed | claimed GFLOP/s | measured GFLOP/s | ratio | status |",
+    lines = ["| task | agent | seed | claimed GFLOP/s | re-measured GFLOP/s (fastest sample) "
+             "| ratio | status |",
              "|---|---|---|---|---|---|---|"]
     for c in checks:
         status = c.status + (f" ({c.note})" if c.note else "")
