@@ -121,7 +121,7 @@ class SB3Agent(Agent):
     action_mode = ""
 
     def __init__(self, policy_path: "str | None" = None, learn: bool = True,
-                 n_steps: int = 32, batch_size: int = 16, n_epochs: int = 4,
+                 n_steps: "int | None" = None, batch_size: int = 16, n_epochs: int = 4,
                  learning_rate: float = 3e-4, gamma: float = 0.9, ent_coef: float = 0.01,
                  net_arch: tuple[int, ...] = (64, 64), device: str = "cpu") -> None:
         self.policy_path, self.learn = policy_path, learn
@@ -140,13 +140,24 @@ class SB3Agent(Agent):
             raise TensorGymError(f"{self.name} needs an env made with action_mode="
                                  f"{self.action_mode!r}, got {mode!r}")
 
-    def build(self, env: Any, seed: int) -> Any:
+    def rollout_steps(self, n_trials: int, steps_per_trial: int) -> int:
+        """Env steps per PPO update: the given ``n_steps``, or enough for about four updates
+        within the budget (8..256), so a short session still learns."""
+        if self.hyper["n_steps"]:
+            return int(self.hyper["n_steps"])
+        return max(8, min(256, n_trials * steps_per_trial // 4))
+
+    def build(self, env: Any, seed: int, n_trials: int = 64) -> Any:
         """A fresh model on ``env``, or the pre-trained one re-bound to it."""
         algo = self._algo()
         if self.policy_path:
             return algo.load(self.policy_path, env=env, device=self.device, seed=seed)
+        steps_per_trial = 1 if self.action_mode == "config" else len(env.unwrapped.space.knobs)
+        n_steps = self.rollout_steps(n_trials, steps_per_trial)
+        hyper = {**self.hyper, "n_steps": n_steps,
+                 "batch_size": min(self.hyper["batch_size"], n_steps)}
         return algo("MlpPolicy", env, seed=seed, verbose=0, device=self.device,
-                    policy_kwargs={"net_arch": self.net_arch}, **self.hyper)
+                    policy_kwargs={"net_arch": self.net_arch}, **hyper)
 
     def tune(self, env: Any, n_trials: int, seed: int = 0,
              callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
@@ -155,9 +166,9 @@ class SB3Agent(Agent):
         t0 = time.perf_counter()
         recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
         wrapped = self._wrap(recorder)
-        self.model = self.build(wrapped, seed)
+        self.model = self.build(wrapped, seed, n_trials)
         # every step measures at most one config; the step limit is only a safety net
-        limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.hyper["n_steps"]
+        limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.model.n_steps
         if self.learn:
             self.model.learn(total_timesteps=limit, callback=_stop_when_spent(recorder),
                              reset_num_timesteps=True)
