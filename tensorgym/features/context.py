@@ -171,25 +171,21 @@ class _Analyzer:
             self.stores += execs
         else:
             self.loads += execs
-        cached = self.forms.get(id(indices))
-        if cached is None:
-            if len(indices) != len(buf.shape):
-                raise ValueError(f"{buf.name} has {len(buf.shape)} dims, "
-                                 f"accessed with {len(indices)}")
-            forms = []
-            for i in indices:
-                terms: dict = {}
-                opaque: list = []
-                _collect(i, 1, terms, opaque)
-                for _, e in opaque:  # loads hidden in non-affine index parts (gathers)
-                    self._index_reads(e, chain, execs)
-                forms.append((terms, opaque))
-            # merge accesses by the index's structure, not object identity, so a load and a
-            # store of the same element count as one access however the AST was built
-            shape_key = tuple((frozenset(t.items()), tuple((c, _expr_key(e)) for c, e in o))
-                              for t, o in forms)
-            cached = self.forms[id(indices)] = (forms, shape_key)
-        forms, shape_key = cached
+        if len(indices) != len(buf.shape):
+            raise ValueError(f"{buf.name} has {len(buf.shape)} dims, accessed with {len(indices)}")
+        forms = []
+        keys = []
+        for i in indices:
+            form = self.forms.get(id(i))  # lowering shares index expressions between accesses
+            if form is None:
+                form = self.forms[id(i)] = _linear_form(i)
+            forms.append(form)
+            keys.append(form[2])
+            for _, e in form[1]:  # loads hidden in non-affine index parts (gathers)
+                self._index_reads(e, chain, execs)
+        # merge accesses by the index's structure, not object identity, so a load and a
+        # store of the same element count as one access however the AST was built
+        shape_key = tuple(keys)
         key = (buf, shape_key, chain)
         acc = self.accesses.get(key)
         if acc is None:
@@ -274,19 +270,21 @@ class _Analyzer:
         lin_span = [1] * n_dims
         lin_count = [1] * n_dims
         uses: dict[A.LoopVar, list[tuple[int, int]]] = {}  # var -> [(dim, coeff)]
-        for d, (terms, _) in enumerate(forms):
+        for d, (terms, _, _) in enumerate(forms):
             for var, c in terms.items():
                 if c:
                     uses.setdefault(var, []).append((d, c))
         # non-affine index parts: [dim, scale, expr, its loop vars, span, distinct values]
-        opaque = [[d, scale, e, _vars(e), 1, 1] for d, (_, op) in enumerate(forms)
+        opaque = [[d, scale, e, _vars(e), 1, 1] for d, (_, op, _) in enumerate(forms)
                   for scale, e in op]
         count = acc.multiplicity
         col = _L + acc.slot * _F if acc.slot >= 0 else -1
         in_global = buf.scope == "global"
         fits = [eb * self.loops[acc.chain[-1]].outer * self.loops[acc.chain[-1]].extent
                 if acc.chain else eb] * len(_CACHE_SIZES)
-        still_fits = [True] * len(_CACHE_SIZES)
+        first_fit = 0  # caches are ascending and footprints only grow outwards
+        n_caches = len(_CACHE_SIZES) if in_global else 0
+        flags = [c for c, on in ((col + 4, acc.read), (col + 5, acc.write)) if on]
         active: dict[A.LoopVar, int] = {}
         loops = self.loops
         touched = eb
@@ -318,12 +316,10 @@ class _Analyzer:
                 touched = eb
                 for d in range(n_dims):
                     touched *= min(shape[d], span[d], cnt[d])
-            if in_global:
-                for t, cap in enumerate(_CACHE_SIZES):
-                    if still_fits[t] and touched <= cap:
-                        fits[t] = touched * lp.outer
-                    else:
-                        still_fits[t] = False
+            while first_fit < n_caches and touched > _CACHE_SIZES[first_fit]:
+                first_fit += 1
+            for t in range(first_fit, n_caches):
+                fits[t] = touched * lp.outer
             if col < 0:
                 continue
             row = rows[k]
@@ -332,10 +328,8 @@ class _Analyzer:
             row[col + 1] += count
             if abs(stride) > abs(row[col + 3]):
                 row[col + 3] = stride
-            if acc.read:
-                row[col + 4] = 1.0
-            if acc.write:
-                row[col + 5] = 1.0
+            for f in flags:
+                row[f] = 1.0
         if in_global:
             for t in range(len(_CACHE_SIZES)):
                 traffic[t] += fits[t]
@@ -378,12 +372,14 @@ def _elem_bytes(buf: A.Buffer) -> int:
 # ------------------------------------------------------------ index analysis
 
 
-def _linear_form(e) -> tuple[dict, list]:
-    """Split an index into affine terms {LoopVar: coeff} and opaque (scale, subexpression) parts."""
+def _linear_form(e) -> tuple[dict, list, tuple]:
+    """Split an index into affine terms {LoopVar: coeff} and opaque (scale, subexpression)
+    parts; the third item is a structural key (equal for equal expressions)."""
     terms: dict[A.LoopVar, int] = {}
     opaque: list[tuple[int, object]] = []
     _collect(e, 1, terms, opaque)
-    return terms, opaque
+    key = (tuple(terms.items()), tuple((c, _expr_key(x)) for c, x in opaque) if opaque else ())
+    return terms, opaque, key
 
 
 def _collect(e, scale: int, terms: dict, opaque: list) -> None:
