@@ -177,6 +177,26 @@ def test_different_schedules_give_different_features():
         assert not np.array_equal(pair[0], pair[1]), knob
 
 
+def test_input_slots_follow_the_main_statement_not_the_argument_list():
+    """With conv2d's padding materialised, the main statement reads the padded copy: it takes
+    the first input slot (like matmul's A) and the raw data moves to the workspace slot."""
+    w = WORKLOADS["conv2d-C6"]
+    space = space_for(w, "cpu")
+    base = dict(_configs(w, 1, seed=8)[0].values)
+    for inline_pad, reader_of_slot0 in ((1, "data"), (0, "pad")):
+        program = lower(w, space.from_values(dict(base, inline_pad=inline_pad)))
+        z = context_matrix(program)
+        loops = [n for n in A.walk(program.body) if isinstance(n, A.For)]
+        pad_stage = [k for k, lp in enumerate(loops) if lp.var.name.startswith("pad")]
+        main = [k for k in range(len(loops)) if k not in pad_stage]
+        assert z[main, CTX["slot0_read"]].max() == 1 and z[main, CTX["slot1_read"]].max() == 1
+        if reader_of_slot0 == "pad":
+            assert pad_stage and z[pad_stage, CTX["slot3_read"]].max() == 1  # data, in the copy
+            assert z[pad_stage, CTX["slot0_write"]].max() == 1  # the copy writes pad
+        else:
+            assert not pad_stage and not z[:, CTX["slot3_read"]].any()
+
+
 # ---------------------------------------------------------------- hand-checked values
 
 

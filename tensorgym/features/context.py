@@ -2,9 +2,10 @@
 figures, computed in one pass over the statements.
 
 Loops are numbered in pre-order (the order ``loopast.walk`` meets them). Buffers are placed in
-fixed slots by *role* (inputs in argument order, the output, workspaces, then local and shared
-allocations in the order they are allocated), never by name, so the features do not change when
-loops or buffers are renamed. Magnitudes are scaled as log2(1 + x); flags and depth are raw.
+fixed slots by *role*, never by name, so the features do not change when loops or buffers are
+renamed: two input slots (the global buffers read by the most executed statement, in its read
+order), the output (last argument), one workspace slot (other global buffers), then local and
+shared allocations in allocation order (``SLOT_ROLES``). Magnitudes are scaled as log2(1 + x); flags and depth are raw.
 
 Touched memory of an access below loop L is estimated per buffer dimension as
 ``min(dim size, span of the index, product of the extents that move it)`` over the loops from L
@@ -115,10 +116,12 @@ class _Analyzer:
         self.role_used = {r: 0 for r in SLOT_ROLES}
         self.flops = self.loads = self.stores = self.barriers = 0
         self.alloc_bytes = {"local": 0, "shared": 0}
-        for i, buf in enumerate(program.args):
-            self._assign(buf, "output" if i == len(program.args) - 1 else "input")
-        for buf in program.workspaces:
-            self._assign(buf, "workspace")
+        # global buffers other than the output get their slots after the walk (see _assign_inputs)
+        self.globals: list[A.Buffer] = [*program.args[:-1], *program.workspaces]
+        self.hottest_read: dict[A.Buffer, tuple[int, int]] = {}  # buf -> (-execs, read order)
+        self.n_reads = 0
+        if program.args:
+            self._assign(program.args[-1], "output")
 
     def _assign(self, buf: A.Buffer, role: str) -> None:
         slots = [s for s, r in enumerate(SLOT_ROLES) if r == role]
@@ -126,10 +129,27 @@ class _Analyzer:
         self.role_used[role] = n + 1
         self.slot_of[buf] = slots[n] if n < len(slots) else -1
 
-    def _slot(self, buf: A.Buffer) -> int:
-        if buf not in self.slot_of:  # not declared: place it by its scope
-            self._assign(buf, buf.scope if buf.scope in ("local", "shared") else "workspace")
-        return self.slot_of[buf]
+    def _note_buffer(self, buf: A.Buffer) -> None:
+        if buf in self.slot_of or buf in self.hottest_read or buf in self.globals:
+            return
+        if buf.scope in ("local", "shared"):  # not allocated by an Allocate: place it by scope
+            self._assign(buf, buf.scope)
+        else:
+            self.globals.append(buf)
+
+    def _assign_inputs(self) -> None:
+        """The two input slots go to the global buffers read by the most executed statement,
+        in the order that statement reads them (the operands of the main computation: the
+        padded copy of conv2d's data when it is materialised, as for matmul's A); the other
+        global buffers (e.g. the raw data then) take the workspace slot."""
+        never = (1, 0)
+        order = sorted(range(len(self.globals)),
+                       key=lambda i: (self.hottest_read.get(self.globals[i], never), i))
+        for i in order:
+            buf = self.globals[i]
+            if buf not in self.slot_of:
+                main = self.role_used["input"] < 2 and buf in self.hottest_read
+                self._assign(buf, "input" if main else "workspace")
 
     # ------------------------------------------------------------ the walk
 
@@ -190,7 +210,13 @@ class _Analyzer:
         key = (buf, shape_key, chain)
         acc = self.accesses.get(key)
         if acc is None:
-            acc = self.accesses[key] = _Access(self._slot(buf), buf, forms, chain)
+            self._note_buffer(buf)
+            acc = self.accesses[key] = _Access(-1, buf, forms, chain)
+        if not write and buf.scope == "global":
+            rank = (-execs, self.n_reads)
+            self.n_reads += 1
+            if rank < self.hottest_read.get(buf, (1, 0)):
+                self.hottest_read[buf] = rank
         acc.multiplicity += 1
         if write:
             acc.write = True
@@ -244,7 +270,9 @@ class _Analyzer:
             row[6 + n_kinds] = lp.outer * lp.extent
             rows.append(row)
         traffic = [0] * len(_CACHE_SIZES)
+        self._assign_inputs()
         for acc in self.accesses.values():
+            acc.slot = self.slot_of[acc.buffer]
             self._fill_access(acc, rows, traffic)
         z = np.array(rows, dtype=np.float64).reshape(n, N_CONTEXT)
         touched = z[:, _L::_F]
