@@ -381,6 +381,14 @@ def test_gpu_loops_shared_buffers_and_barriers():
     assert g["shared_bytes"] == pytest.approx(_log(16 * 8 * 4))
     assert g["parallel_iters"] == pytest.approx(_log(4))
     assert g["threads"] == pytest.approx(_log(16))
+    # the same kernel written with ThreadIdx expressions: the launch shape stands in for loops
+    b, t = A.ThreadIdx("blockIdx.x"), A.ThreadIdx("threadIdx.x")
+    out = A.Buffer("out", (64,))
+    kernel = A.Program("k", (out,), (), A.Store(out, (A.add(A.mul(b, 16), t),), A.FloatImm(1.0)),
+                       {"grid": (4, 1, 1), "block": (16, 1, 1)})
+    g = dict(zip(PROGRAM_NAMES, summarize(kernel).program))
+    assert g["parallel_iters"] == pytest.approx(_log(4)) and g["threads"] == pytest.approx(_log(16))
+    assert extract(kernel, "relation").shape == (feature_length("relation"),)
     tree = extract(_gpu_like_program(), "ast")
     assert NODE_TYPES[tree["node_type"][0]] == "For"
     assert "Barrier" in [NODE_TYPES[t] for t in tree["node_type"]]

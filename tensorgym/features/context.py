@@ -367,6 +367,12 @@ class _Analyzer:
         loops = self.loops
         par = [lp.extent for lp in loops if KIND_NAMES[lp.kind] in ("parallel", "blockIdx")]
         threads = [lp.extent for lp in loops if KIND_NAMES[lp.kind] in ("threadIdx", "vthread")]
+        launch = self.program.launch or {}
+        # a GPU kernel may bind work-items through ThreadIdx expressions instead of loops
+        if not any(KIND_NAMES[lp.kind] == "blockIdx" for lp in loops) and "grid" in launch:
+            par += list(launch["grid"])
+        if not threads and "block" in launch:
+            threads = list(launch["block"])
         vec = [lp.extent for lp in loops if KIND_NAMES[lp.kind] == "vectorized"]
         unrolled = [lp.extent * lp.body_execs for lp in loops
                     if KIND_NAMES[lp.kind] == "unrolled"
