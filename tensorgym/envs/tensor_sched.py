@@ -72,7 +72,7 @@ class TensorSchedEnv(gym.Env):
     * v0: first version.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, workload: "str | Workload" = "conv2d-C6", target: str = "cpu",
                  budget: int = 200, reward: str = "log_speedup", obs_mode: str = "relation",
@@ -121,7 +121,8 @@ class TensorSchedEnv(gym.Env):
         else:
             self.action_space = spaces.Discrete(max(self.space.dims))
             obs_len = n_feat + n_knobs
-        self.observation_space = spaces.Box(-np.inf, np.inf, (obs_len,), np.float32)
+        # Features are log-scaled magnitudes: non-negative and finite.
+        self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max, (obs_len,), np.float32)
         self._reset_state()
 
     # ---------------------------------------------------------------- public API for agents

@@ -173,23 +173,31 @@ class Measurer:
                             "msg": f"the builder process died: {e}"})
         return out
 
+    def run_program(self, workload: Workload, program, config: Config) -> MeasureResult:
+        """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
+        self.runtime.check_available()
+        t0 = time.perf_counter()
+        binary = self.runtime.compile(self.runtime.render(program), program)
+        b = {"error": ErrorCode.NO_ERROR, "program": program, "binary": binary,
+             "time": time.perf_counter() - t0}
+        return self._run(workload, config, b)
+
+    def _run(self, workload: Workload, config: Config, b: dict) -> MeasureResult:
+        common = dict(config=config, flops=workload.flops, build_time=b["time"],
+                      timestamp=time.time())
+        if b["error"] != ErrorCode.NO_ERROR:
+            return MeasureResult(costs=(), error=ErrorCode(b["error"]), error_msg=b["msg"],
+                                 **common)
+        opts = self.options
+        r = self._worker.run((workload, b["program"], b["binary"], opts), opts.timeout,
+                             opts.recycle_after)
+        return MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
+                             error_msg=r["error_msg"], run_time=r["run_time"], **common)
+
     def measure(self, workload: Workload, configs: Sequence[Config]) -> list[MeasureResult]:
         self.runtime.check_available()
-        results = []
-        opts = self.options
-        for config, b in zip(configs, self._builds(workload, configs)):
-            common = dict(config=config, flops=workload.flops, build_time=b["time"],
-                          timestamp=time.time())
-            if b["error"] != ErrorCode.NO_ERROR:
-                results.append(MeasureResult(costs=(), error=ErrorCode(b["error"]),
-                                             error_msg=b["msg"], **common))
-                continue
-            r = self._worker.run((workload, b["program"], b["binary"], opts),
-                                 opts.timeout, opts.recycle_after)
-            results.append(MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
-                                         error_msg=r["error_msg"], run_time=r["run_time"],
-                                         **common))
-        return results
+        builds = self._builds(workload, configs)
+        return [self._run(workload, c, b) for c, b in zip(configs, builds)]
 
     def close(self) -> None:
         self._worker.kill()
@@ -203,5 +211,16 @@ class Measurer:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
+    # A measurer owns processes: copies share it, pickles (e.g. an env spec) rebuild a fresh one.
+    def __deepcopy__(self, memo: dict) -> "Measurer":
+        return self
+
+    def __reduce__(self):
+        return (_new_measurer, (self.target, self.options, self.runtime_kwargs))
+
     def describe(self) -> dict:
         return {"target": self.target, "device": self.device, **asdict(self.options)}
+
+
+def _new_measurer(target: str, options: MeasureOptions, runtime_kwargs: dict) -> Measurer:
+    return Measurer(target, options, **runtime_kwargs)
