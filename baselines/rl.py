@@ -123,11 +123,14 @@ class SB3Agent(Agent):
     def __init__(self, policy_path: "str | None" = None, learn: bool = True,
                  n_steps: "int | None" = None, batch_size: int = 16, n_epochs: int = 4,
                  learning_rate: float = 3e-4, gamma: float = 0.9, ent_coef: float = 0.01,
-                 net_arch: tuple[int, ...] = (64, 64), device: str = "cpu") -> None:
+                 net_arch: tuple[int, ...] = (64, 64), device: str = "cpu",
+                 torch_threads: int = 1) -> None:
         self.policy_path, self.learn = policy_path, learn
         self.hyper = dict(n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
                           learning_rate=learning_rate, gamma=gamma, ent_coef=ent_coef)
         self.net_arch, self.device = list(net_arch), device
+        # small MLPs gain nothing from threads, and spinning threads slow the kernels measured
+        self.torch_threads = torch_threads
         self.model: Any = None
         self.env_kwargs = {"action_mode": self.action_mode}
 
@@ -161,7 +164,17 @@ class SB3Agent(Agent):
 
     def tune(self, env: Any, n_trials: int, seed: int = 0,
              callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
-        n_trials = check_budget(n_trials)
+        import torch
+
+        saved = torch.get_num_threads()
+        torch.set_num_threads(self.torch_threads)
+        try:
+            return self._tune(env, check_budget(n_trials), seed, callbacks)
+        finally:
+            torch.set_num_threads(saved)
+
+    def _tune(self, env: Any, n_trials: int, seed: int,
+              callbacks: Iterable[Callback]) -> list[MeasureResult]:
         self._check_env(env)
         t0 = time.perf_counter()
         recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
