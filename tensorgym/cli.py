@@ -171,12 +171,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     workload = get_workload(args.workload)
     args.target = canonical_target(args.target)
     from tensorgym.baselines import get_agent
-    from tensorgym.baselines.harness import make_env
+    from tensorgym.baselines.harness import make_env, runtime_options
 
     agent = get_agent(args.agent, **_options(args.opt))
-    env_opts = {"num_threads": args.threads} if args.target == "cpu" and args.threads else {}
+    runtime_opts = runtime_options(args.target, args.threads)
     env = make_env(workload, args.target, budget=args.trials, records=args.db,
-                   **env_opts, **getattr(agent, "env_kwargs", {}))
+                   **runtime_opts, **getattr(agent, "env_kwargs", {}))
     bar = None
     if not (args.no_progress or args.json):
         from tqdm import tqdm
@@ -210,7 +210,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from .hardware.runtime import get_runtime
         from .lower import lower
 
-        source = get_runtime(args.target).render(lower(workload, best.config))
+        source = get_runtime(args.target, **runtime_opts).render(lower(workload, best.config))
         Path(args.export_source).write_text(source)
         summary["source"] = args.export_source
     if args.json:
