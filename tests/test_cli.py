@@ -81,7 +81,7 @@ def test_leaderboard_run_show_validate(capsys, tmp_path):
     results = tmp_path / "results.json"
     code, out, err = run_cli(
         capsys, "leaderboard", "run", "tiny-cpu", "--agents", "random,ga", "--trials", "4",
-        "--seeds", "0", "--remeasure", "1", "--db", str(tmp_path / "r.db"),
+        "--seeds", "0", "--remeasure", "1", "--threads", "1", "--db", str(tmp_path / "r.db"),
         "--out", str(results), "--csv", str(tmp_path / "t.csv"), "--plots", str(tmp_path))
     assert code == 0, err
     assert "| 1 |" in out and "random" in out and "ga" in out
@@ -92,12 +92,14 @@ def test_leaderboard_run_show_validate(capsys, tmp_path):
     assert all(e["best"]["runtimes"] for e in entries)  # the best was re-measured
     assert doc["runs"][0]["vendor"][0]["gflops"] > 0
     assert list(tmp_path.glob("curves-*.png"))
+    assert doc["runs"][0]["device"]["name"].endswith("/1t")
 
     code, out, _ = run_cli(capsys, "leaderboard", "show", str(results), str(results),
                            "--out", str(tmp_path / "merged.json"))
     assert code == 0 and len(json.loads((tmp_path / "merged.json").read_text())["runs"]) == 1
 
-    # a loose tolerance: the machine is shared, and the honest claim must not flake
+    # one thread and a loose tolerance: on a shared machine a 2-thread kernel can be many times
+    # slower for a while (threads spin at barriers), and the honest claim must not flake
     code, out, err = run_cli(capsys, "validate", str(results), "--repeats", "1",
                              "--tolerance", "0.7")
     assert code == 0, out + err
