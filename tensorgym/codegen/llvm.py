@@ -25,12 +25,37 @@ F32P = F32.as_pointer()
 FAST = ("fast",)
 
 KERNEL_NAME = "tg_kernel"
+_ZERO = ir.Constant(I64, 0)
 
 
 def emit_llvm(program: A.Program, num_threads: int = 0) -> str:
     """The LLVM IR module (text) of ``program``; its entry point is ``void tg_kernel(float*...)``
     taking ``program.buffers`` in order. ``num_threads=0`` lets libgomp choose."""
-    return str(_Emitter(program, num_threads).module)
+    try:
+        return str(_Emitter(program, num_threads).module)
+    finally:
+        _FLAT.clear()
+        _VARS.clear()
+
+
+_FLAT: dict = {}
+_VARS: dict = {}
+
+
+def _flat(access: "A.Load | A.Store") -> A.Expr:
+    """The flattened index of a load/store node, built once per node."""
+    hit = _FLAT.get(id(access))
+    if hit is None or hit[0] is not access:
+        hit = _FLAT[id(access)] = (access, A.flat_index(access.buffer, access.indices))
+    return hit[1]
+
+
+def _vars_of(e: A.Expr) -> tuple:
+    hit = _VARS.get(id(e))
+    if hit is None or hit[0] is not e:
+        found = tuple(dict.fromkeys(n for n in A.walk(e) if isinstance(n, A.LoopVar)))
+        hit = _VARS[id(e)] = (e, found)
+    return hit[1]
 
 
 @dataclass
@@ -44,6 +69,9 @@ class _Scope:
     env: dict = field(default_factory=dict)  # LoopVar -> i64 value or <W x i64> vector
     width: int = 0  # lanes of the enclosing vectorized loop (0: scalar code)
     vec_var: "A.LoopVar | None" = None
+    # Index values already emitted, one dict per enclosing basic-block region: a value from an
+    # outer region dominates inner code, one from a finished loop body does not.
+    cse: list = field(default_factory=lambda: [{}])
 
 
 class _Emitter:
@@ -95,17 +123,19 @@ class _Emitter:
         elif isinstance(s, A.If):
             cond = self.scalar_cond(s.cond, sc)
             with sc.builder.if_then(cond):
+                sc.cse.append({})
                 self.stmt(s.then, sc)
+                sc.cse.pop()
         else:
             raise NotImplementedError(f"LLVM codegen does not handle {type(s).__name__}")
 
     def loop(self, s: A.For, sc: _Scope) -> None:
-        has_inner_loop = any(isinstance(n, A.For) for n in A.walk(s.body))
         if s.kind == "unrolled":
             for k in range(s.extent):
                 sc.env[s.var] = ir.Constant(I64, k)
                 self.stmt(s.body, sc)
-        elif s.kind == "vectorized" and not has_inner_loop and sc.width == 0:
+        elif s.kind == "vectorized" and sc.width == 0 and not any(
+                isinstance(n, A.For) for n in A.walk(s.body)):
             sc.env[s.var] = ir.Constant(ir.VectorType(I64, s.extent), list(range(s.extent)))
             sc.width, sc.vec_var = s.extent, s.var
             self.stmt(s.body, sc)
@@ -129,7 +159,9 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", i, end), loop, done)
         b.position_at_end(loop)
         sc.env[var] = i
+        sc.cse.append({})
         self.stmt(body, sc)
+        sc.cse.pop()
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
         i.add_incoming(nxt, b.block)
         b.branch(head)
@@ -179,7 +211,7 @@ class _Emitter:
     def store(self, s: A.Store, sc: _Scope) -> None:
         b = sc.builder
         value = self.value(s.value, sc, None)
-        flat = A.flat_index(s.buffer, s.indices)
+        flat = _flat(s)
         base = sc.buffers[s.buffer]
         if sc.width == 0:
             b.store(value, b.gep(base, [self.index(flat, sc)], inbounds=True))
@@ -199,6 +231,20 @@ class _Emitter:
 
     def index(self, e: A.Expr, sc: _Scope):
         """An integer expression: i64, or <W x i64> if it depends on the vectorized loop."""
+        if isinstance(e, A.IntImm):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, A.LoopVar):
+            return sc.env[e]
+        inputs = tuple(sc.env[v] for v in _vars_of(e))
+        key = (id(e),) + tuple(map(id, inputs))
+        for cache in reversed(sc.cse):
+            if key in cache:
+                return cache[key][0]
+        value = self._index(e, sc)
+        sc.cse[-1][key] = (value, e, inputs)  # holding e and inputs keeps their ids unique
+        return value
+
+    def _index(self, e: A.Expr, sc: _Scope):
         b = sc.builder
         if isinstance(e, A.IntImm):
             return ir.Constant(I64, e.value)
@@ -232,7 +278,7 @@ class _Emitter:
     def uniform_index(self, e: A.Expr, sc: _Scope):
         """``e`` with the vectorized variable set to 0: the scalar base of a vector access."""
         saved = sc.env[sc.vec_var]
-        sc.env[sc.vec_var] = ir.Constant(I64, 0)
+        sc.env[sc.vec_var] = _ZERO
         try:
             return self.index(e, sc)
         finally:
@@ -276,7 +322,7 @@ class _Emitter:
     def load(self, e: A.Load, sc: _Scope, mask):
         b = sc.builder
         base = sc.buffers[e.buffer]
-        flat = A.flat_index(e.buffer, e.indices)
+        flat = _flat(e)
         coeff = A.linear_coeff(flat, sc.vec_var) if sc.width else 0
         if coeff == 0:  # one address for all lanes
             idx = self.uniform_index(flat, sc) if sc.width else self.index(flat, sc)
