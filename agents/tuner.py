@@ -149,7 +149,8 @@ class ModelTuner:
         annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps, self.sa_early_stop,
                                     seed=rng.spawn(1)[0])
         # measurements the env already holds train the model and are never re-measured
-        known = [r for r in (getattr(u, "history", None) or []) if r.config.space_name == space.name]
+        known = [r for r in (getattr(u, "history", None) or [])
+                 if r.config.space_name == space.name]
         measured = {r.config.index for r in known}
         data_configs = [r.config for r in known]
         data_gflops = [r.gflops for r in known]
@@ -157,13 +158,14 @@ class ModelTuner:
         if max(data_gflops, default=0.0) > 0:
             self._fit(model, features, data_configs, data_gflops)
             model_ready = True
+
+        def score(configs: Sequence[Config]) -> np.ndarray:
+            return model.predict(features(configs))
+
         self.history = []
         while len(self.history) < n_trials and len(measured) < space.size:
             b = min(self.batch_size, n_trials - len(self.history))
             if model_ready:
-                def score(configs: Sequence[Config]) -> np.ndarray:
-                    return model.predict(features(configs))
-
                 k = max(b, int(round(self.plan_ratio * b)))
                 candidates = annealer.find_maximums(score, k, exclude=measured)
                 batch = select_batch(candidates, space, b, self.alpha, self.epsilon, rng, measured)
