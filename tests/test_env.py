@@ -145,3 +145,16 @@ def test_cuda_env_constructs_and_fails_clearly_without_a_device():
     env.reset(seed=0)
     with pytest.raises(TargetUnavailableError, match="CUDA"):
         env.step(env.action_space.sample())
+
+
+@pytest.mark.parametrize("action_mode", ["config", "knob"])
+def test_ast_observation_mode(measurer, action_mode):
+    from tensorgym.envs.tensor_sched import AST_MAX_NODES
+
+    env = make(measurer, obs_mode="ast", action_mode=action_mode, budget=1000)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    n = int(obs["mask"].sum())
+    assert 0 < n < AST_MAX_NODES and obs["parent"][0] == -1
+    assert (obs["parent"][1:n] < np.arange(1, n)).all()  # pre-order: parents come first
+    check_env(env.unwrapped, skip_render_check=True)

@@ -17,6 +17,31 @@ from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 
 REWARDS = ("log_speedup", "best_improvement")
+AST_MAX_NODES = 64  # loop ASTs of the templates have at most ~45 statement nodes
+
+
+def _ast_node_features() -> int:
+    from ..features.ast import NODE_TYPES
+    from ..features.context import N_CONTEXT
+
+    return len(NODE_TYPES) + N_CONTEXT
+
+
+AST_NODE_FEATURES = _ast_node_features()
+
+
+def pad_ast(tree: dict) -> dict:
+    """The ``ast`` observation: a tree of ``tensorgym.features`` mode ``ast`` padded to
+    ``AST_MAX_NODES`` nodes (pre-order, so truncation keeps the outer loops); ``parent`` is -1
+    for the root and for padding, ``mask`` marks real nodes."""
+    n = min(len(tree["parent"]), AST_MAX_NODES)
+    feats = np.zeros((AST_MAX_NODES, AST_NODE_FEATURES), np.float32)
+    feats[:n] = tree["node_features"][:n]
+    parent = np.full(AST_MAX_NODES, -1, np.int64)
+    parent[:n] = tree["parent"][:n]
+    mask = np.zeros(AST_MAX_NODES, np.int8)
+    mask[:n] = 1
+    return {"node_features": feats, "parent": parent, "mask": mask}
 ACTION_MODES = ("config", "knob")
 
 
@@ -40,6 +65,9 @@ class TensorSchedEnv(gym.Env):
     paper's context-relation features, the default —, ``context`` or ``config``). They are pure
     functions of the program, never of its measured time. In ``knob`` mode the observation also
     carries the partial choices (``(choice + 1) / size``, 0 for a knob not set yet).
+    ``obs_mode="ast"`` gives a ``Dict`` for tree models: ``node_features`` (64 x 72: node-type
+    one-hot and the loop's context vector, statement nodes in pre-order), ``parent`` (-1 for the
+    root and padding) and ``mask`` (1 for real nodes), plus ``partial`` in knob mode.
     ``reset`` observes the reference schedule.
 
     ## Rewards
@@ -88,9 +116,8 @@ class TensorSchedEnv(gym.Env):
             raise TensorGymError(f"unknown reward {reward!r}; use one of {REWARDS}")
         if action_mode not in ACTION_MODES:
             raise TensorGymError(f"unknown action_mode {action_mode!r}; use one of {ACTION_MODES}")
-        fixed = [m for m in FEATURE_MODES if m != "ast"]
-        if obs_mode not in fixed:
-            raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {fixed}")
+        if obs_mode not in FEATURE_MODES:
+            raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {FEATURE_MODES}")
         if budget < 1:
             raise TensorGymError(f"budget must be at least 1, got {budget}")
         self.budget = int(budget)
@@ -113,16 +140,25 @@ class TensorSchedEnv(gym.Env):
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None
 
-        n_feat = feature_length(obs_mode)
         n_knobs = len(self.space.knobs)
         if action_mode == "config":
             self.action_space = spaces.MultiDiscrete(np.array(self.space.dims, dtype=np.int64))
-            obs_len = n_feat
         else:
             self.action_space = spaces.Discrete(max(self.space.dims))
-            obs_len = n_feat + n_knobs
         # Features are log-scaled magnitudes: non-negative and finite.
-        self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max, (obs_len,), np.float32)
+        big = np.finfo(np.float32).max
+        partial = n_knobs if action_mode == "knob" else 0
+        if obs_mode == "ast":
+            obs = {"node_features": spaces.Box(0.0, big, (AST_MAX_NODES, AST_NODE_FEATURES),
+                                               np.float32),
+                   "parent": spaces.Box(-1, AST_MAX_NODES - 1, (AST_MAX_NODES,), np.int64),
+                   "mask": spaces.Box(0, 1, (AST_MAX_NODES,), np.int8)}
+            if partial:
+                obs["partial"] = spaces.Box(0.0, 1.0, (partial,), np.float32)
+            self.observation_space = spaces.Dict(obs)
+        else:
+            self.observation_space = spaces.Box(0.0, big, (feature_length(obs_mode) + partial,),
+                                                np.float32)
         self._reset_state()
 
     # ---------------------------------------------------------------- public API for agents
@@ -261,14 +297,18 @@ class TensorSchedEnv(gym.Env):
         before = max(best_before.gflops if best_before else 0.0, self.reference_gflops)
         return float(max(0.0, math.log(max(r.gflops, before) / before)))
 
-    def _observe(self) -> np.ndarray:
-        feats = self.featurize([self._last_config])[0].astype(np.float32)
-        if self.action_mode == "knob":
-            part = np.zeros(len(self.space.knobs), np.float32)
-            for i, c in enumerate(self._partial):
-                part[i] = (c + 1) / self.space.knobs[i].size
-            feats = np.concatenate([feats, part])
-        return feats
+    def _observe(self):
+        feats = self.featurize([self._last_config])[0]
+        part = np.zeros(len(self.space.knobs), np.float32)
+        for i, c in enumerate(self._partial):
+            part[i] = (c + 1) / self.space.knobs[i].size
+        if self.obs_mode == "ast":
+            obs = pad_ast(feats)
+            if self.action_mode == "knob":
+                obs["partial"] = part
+            return obs
+        feats = feats.astype(np.float32)
+        return np.concatenate([feats, part]) if self.action_mode == "knob" else feats
 
     def _info(self, r: MeasureResult) -> dict:
         return {"runtime": r.median, "gflops": r.gflops, "config": r.config.to_json(),
