@@ -114,11 +114,17 @@ class MiniGA:
 
 
 def make_ga(batch_size: int):
+    """tensorgym.baselines' GA when it is installed (assumed ``make_ga(population=...)``),
+    else :class:`MiniGA`; says which on stderr."""
     try:
         from tensorgym.baselines.ga import make_ga as lib_ga  # noqa: PLC0415
-    except ImportError:
-        return MiniGA(population=batch_size)
-    return lib_ga(population=batch_size)
+
+        agent = lib_ga(population=batch_size)
+        which = "tensorgym.baselines.ga"
+    except (ImportError, TypeError):
+        agent, which = MiniGA(population=batch_size), "benchmarks' MiniGA"
+    print(f"  GA: {which}", file=sys.stderr)
+    return agent
 
 
 # ---------------------------------------------------------------------------------------------
