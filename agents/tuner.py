@@ -32,8 +32,14 @@ class FeatureCache:
         self.max_entries = max_entries
         self.rows: dict[int, np.ndarray] = {}
 
-    def __call__(self, configs: Sequence[Config]) -> np.ndarray:
+    def __call__(self, configs: Sequence[Config]) -> "np.ndarray | list[dict]":
         missing = list({c.index: c for c in configs if c.index not in self.rows}.values())
+        if self.mode == "ast":  # one dict of arrays per program (tree models), not a matrix
+            if len(self.rows) + len(missing) > self.max_entries:
+                self.rows.clear()
+            if missing:
+                self.rows.update(zip((c.index for c in missing), self.featurize(missing, self.mode)))
+            return [self.rows[c.index] for c in configs]
         if missing:
             feats = np.asarray(self.featurize(missing, self.mode), np.float32)
             if feats.ndim != 2 or feats.shape[0] != len(missing):
