@@ -45,24 +45,27 @@ class ChildSumTreeGRU(nn.Module):
 
     def forward(self, x: torch.Tensor, b: AstBatch) -> torch.Tensor:
         """Hidden states of all nodes, rows in ``b``'s level order."""
-        wz, wr, wh = self.w(x).split(self.hidden, dim=1)
+        sizes = [hi - lo for lo, hi in zip(b.level_ptr, b.level_ptr[1:])]
+        # one split per level up front: slicing per level would make backward build a
+        # full-size gradient for every slice
+        per_level = self.w(x).split(sizes, dim=0)
         levels: list[torch.Tensor] = []
-        for k in range(b.n_levels):
-            lo, hi = b.level_ptr[k], b.level_ptr[k + 1]
+        for k, wx in enumerate(per_level):
+            wz, wr, wh = wx.split(self.hidden, dim=1)
             if k == 0:  # leaves
-                z = torch.sigmoid(wz[lo:hi])
-                levels.append((1 - z) * torch.tanh(wh[lo:hi]))
+                z = torch.sigmoid(wz)
+                levels.append((1 - z) * torch.tanh(wh))
                 continue
             below = levels[0] if len(levels) == 1 else torch.cat(levels)
             e0, e1 = b.edge_ptr[k], b.edge_ptr[k + 1]
             par = b.edge_parent[e0:e1]
-            h_child = below[b.edge_child[e0:e1]]
-            zeros = h_child.new_zeros(hi - lo, self.hidden)
+            h_child = below.index_select(0, b.edge_child[e0:e1])
+            zeros = h_child.new_zeros(sizes[k], self.hidden)
             h_sum = zeros.index_add(0, par, h_child)
-            r = torch.sigmoid(wr[lo:hi][par] + self.u_r(h_child))
+            r = torch.sigmoid(wr.index_select(0, par) + self.u_r(h_child))
             h_reset = zeros.index_add(0, par, r * h_child)
-            z = torch.sigmoid(wz[lo:hi] + self.u_z(h_sum))
-            h_new = torch.tanh(wh[lo:hi] + self.u_h(h_reset))
+            z = torch.sigmoid(wz + self.u_z(h_sum))
+            h_new = torch.tanh(wh + self.u_h(h_reset))
             levels.append(z * h_sum + (1 - z) * h_new)
         return torch.cat(levels)
 
@@ -104,7 +107,7 @@ class TreeGRUNet(nn.Module):
             ctx = (b.features[:, N_TYPES:] - self.mean) * self.scale
             x = self.type_embed(b.node_type)
             loops = b.loop_rows
-            return x.index_add(0, loops, self.context_encoder(ctx[loops]))
+            return x.index_add(0, loops, self.context_encoder(ctx.index_select(0, loops)))
         col = EXTENT_COLUMN - N_TYPES
         loops = b.loop_rows
         ext = (b.features[loops, EXTENT_COLUMN:EXTENT_COLUMN + 1] - self.mean[col]) * self.scale[col]
@@ -114,8 +117,8 @@ class TreeGRUNet(nn.Module):
     def embed(self, b: AstBatch) -> torch.Tensor:
         h = self.tree_gru(self.node_inputs(b), b)
         if self.variant == "vanilla":
-            return h[b.root]
-        h_loop = h[b.loop_rows]
+            return h.index_select(0, b.root)
+        h_loop = h.index_select(0, b.loop_rows)
         weights = torch.softmax(self.slot_logits(h_loop), dim=1)  # (loops, slots)
         scattered = (weights.unsqueeze(2) * h_loop.unsqueeze(1)).flatten(1)
         out = h.new_zeros(b.n_trees, self.n_slots * self.hidden)
