@@ -49,7 +49,7 @@ class XGBoostCostModel:
     """
 
     def __init__(self, loss: str = "rank", feature_mode: str = "relation", n_rounds: int = 200,
-                 max_depth: int = 6, eta: float = 0.1, min_child_weight: float = 1.0,
+                 max_depth: int = 3, eta: float = 0.1, min_child_weight: float = 1.0,
                  subsample: float = 1.0, pairs_per_sample: int = 16, seed: int = 0,
                  nthread: int = 1) -> None:
         if loss not in LOSSES:

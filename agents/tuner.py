@@ -71,7 +71,7 @@ class ModelTuner:
     def __init__(self, model: "str | CostModel | Callable[[], CostModel]" = "xgb",
                  model_options: dict | None = None, batch_size: int = 64,
                  plan_ratio: float = 2.0, alpha: float = 0.1, epsilon: float = 0.05,
-                 n_chains: int = 128, sa_steps: int = 500, sa_early_stop: int = 50,
+                 n_chains: int = 128, sa_steps: int = 100, sa_early_stop: int = 30,
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None) -> None:

@@ -199,7 +199,7 @@ def base_parser(description: str, workloads: Sequence[str], trials: int) -> argp
     p.add_argument("--workloads", nargs="+", default=list(workloads))
     p.add_argument("--target", default="cpu")
     p.add_argument("--batch-size", type=int, default=64, help="trials per model update (b)")
-    p.add_argument("--sa-steps", type=int, default=500, help="annealing steps per batch (max)")
+    p.add_argument("--sa-steps", type=int, default=100, help="annealing steps per batch (max)")
     p.add_argument("--out", default="results", help="folder for the PNG figures")
     return p
 
