@@ -50,24 +50,33 @@ class ChildSumTreeGRU(nn.Module):
         # full-size gradient for every slice
         per_level = self.w(x).split(sizes, dim=0)
         levels: list[torch.Tensor] = []
+        # without autograd, levels are written into one buffer instead of re-concatenated
+        out = None if torch.is_grad_enabled() else x.new_empty(b.n_nodes, self.hidden)
         for k, wx in enumerate(per_level):
+            lo, hi = b.level_ptr[k], b.level_ptr[k + 1]
             wz, wr, wh = wx.split(self.hidden, dim=1)
             if k == 0:  # leaves
                 z = torch.sigmoid(wz)
-                levels.append((1 - z) * torch.tanh(wh))
-                continue
-            below = levels[0] if len(levels) == 1 else torch.cat(levels)
-            e0, e1 = b.edge_ptr[k], b.edge_ptr[k + 1]
-            par = b.edge_parent[e0:e1]
-            h_child = below.index_select(0, b.edge_child[e0:e1])
-            zeros = h_child.new_zeros(sizes[k], self.hidden)
-            h_sum = zeros.index_add(0, par, h_child)
-            r = torch.sigmoid(wr.index_select(0, par) + self.u_r(h_child))
-            h_reset = zeros.index_add(0, par, r * h_child)
-            z = torch.sigmoid(wz + self.u_z(h_sum))
-            h_new = torch.tanh(wh + self.u_h(h_reset))
-            levels.append(z * h_sum + (1 - z) * h_new)
-        return torch.cat(levels)
+                h = (1 - z) * torch.tanh(wh)
+            else:
+                if out is not None:
+                    below = out[:lo]
+                else:
+                    below = levels[0] if len(levels) == 1 else torch.cat(levels)
+                e0, e1 = b.edge_ptr[k], b.edge_ptr[k + 1]
+                par = b.edge_parent[e0:e1]
+                h_child = below.index_select(0, b.edge_child[e0:e1])
+                zeros = h_child.new_zeros(hi - lo, self.hidden)
+                h_sum = zeros.index_add(0, par, h_child)
+                r = torch.sigmoid(wr.index_select(0, par) + self.u_r(h_child))
+                h_reset = zeros.index_add(0, par, r * h_child)
+                z = torch.sigmoid(wz + self.u_z(h_sum))
+                h = z * h_sum + (1 - z) * torch.tanh(wh + self.u_h(h_reset))
+            if out is not None:
+                out[lo:hi] = h
+            else:
+                levels.append(h)
+        return out if out is not None else torch.cat(levels)
 
 
 class TreeGRUNet(nn.Module):
