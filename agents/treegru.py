@@ -80,6 +80,8 @@ class ChildSumTreeGRU(nn.Module):
 
 
 class TreeGRUNet(nn.Module):
+    """Node inputs (per ``variant``) -> ChildSumTreeGRU -> tree embedding -> linear score."""
+
     def __init__(self, variant: str = "context", hidden: int = 64, n_slots: int = 8,
                  max_names: int = 256) -> None:
         super().__init__()
@@ -107,6 +109,7 @@ class TreeGRUNet(nn.Module):
         self.head = nn.Linear(out, 1)
 
     def set_scaling(self, features: np.ndarray) -> None:
+        """Standardize context columns with the statistics of ``features`` (loop rows)."""
         ctx = torch.from_numpy(features[:, N_TYPES:])
         self.mean.copy_(ctx.mean(0))
         self.scale.copy_(1.0 / ctx.std(0).clamp_min(1e-3))
@@ -119,7 +122,8 @@ class TreeGRUNet(nn.Module):
             return x.index_add(0, loops, self.context_encoder(ctx.index_select(0, loops)))
         col = EXTENT_COLUMN - N_TYPES
         loops = b.loop_rows
-        ext = (b.features[loops, EXTENT_COLUMN:EXTENT_COLUMN + 1] - self.mean[col]) * self.scale[col]
+        ext = b.features[loops, EXTENT_COLUMN:EXTENT_COLUMN + 1]
+        ext = (ext - self.mean[col]) * self.scale[col]
         x = self.token_embed(b.token) + self.name_embed(b.name_id)
         return x.index_add(0, loops, self.extent_proj(ext))
 
@@ -171,8 +175,9 @@ def torch_threads(n: int | None) -> Iterator[None]:
 class TreeGRUCostModel:
     """Cost model over ``featurize(..., "ast")`` trees: ``fit(X, y)``, ``predict(X)`` (higher =
     faster), ``feature_mode = "ast"``. ``n_epochs`` passes over the data per ``fit`` (at least
-    ``min_steps`` minibatch updates); ``warm_start=False`` retrains from scratch each time. ``num_threads``: torch threads during
-    fit/predict on the CPU (restored after; None keeps torch's setting)."""
+    ``min_steps`` minibatch updates); ``warm_start=False`` retrains from scratch each time.
+    ``num_threads``: torch threads during fit/predict on the CPU (restored after; None keeps
+    torch's setting). ``device``: "cuda" when torch sees a GPU, else "cpu", unless given."""
 
     feature_mode = "ast"
 
@@ -206,7 +211,6 @@ class TreeGRUCostModel:
         self.device = torch.device(device or _default_device())
         self.net: TreeGRUNet | None = None
         self.names: dict[str, int] = {}
-        self._fits = 0
         self.rng = np.random.default_rng(seed)
 
     @property
@@ -239,7 +243,7 @@ class TreeGRUCostModel:
         with self._threads():
             self._fit(X, y, groups, base_margin)
 
-    def _threads(self):
+    def _threads(self) -> "contextlib.AbstractContextManager[None]":
         return torch_threads(self.num_threads if self.device.type == "cpu" else None)
 
     def _fit(self, X: Sequence[Mapping], y: np.ndarray, groups: Sequence[int] | None,
@@ -289,9 +293,10 @@ class TreeGRUCostModel:
             loss.backward()
             self._optimizer.step()
         self.net.eval()
-        self._fits += 1
 
     def predict(self, X: Sequence[Mapping], base_margin: np.ndarray | None = None) -> np.ndarray:
+        """Scores of trees ``X`` (float64, higher = faster), ``predict_batch`` trees per pass;
+        ``base_margin`` is added (see ``fit``)."""
         if self.net is None:
             raise RuntimeError("predict() before fit()")
         check_trees(X)

@@ -55,7 +55,8 @@ def print_speed(stats: dict[str, dict], title: str) -> None:
         fit_s, fit_rows = sum(s["fit_s"]), sum(s["fit_rows"])
         pred_s, pred_rows = sum(s["predict_s"]), sum(s["predict_rows"])
         n_fit, n_pred = max(len(s["fit_s"]), 1), max(len(s["predict_s"]), 1)
-        print(f"{name:<{width}} {len(s['fit_s']):>5} {fit_rows / n_fit:>9.0f} {fit_s / n_fit:>8.2f} "
+        print(f"{name:<{width}} {len(s['fit_s']):>5} {fit_rows / n_fit:>9.0f} "
+              f"{fit_s / n_fit:>8.2f} "
               f"{fit_rows / max(fit_s, 1e-9):>11.0f} {len(s['predict_s']):>9} "
               f"{pred_rows / n_pred:>10.0f} {1e3 * pred_s / n_pred:>8.2f} "
               f"{pred_rows / max(pred_s, 1e-9):>15.0f}")

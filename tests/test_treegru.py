@@ -78,7 +78,8 @@ def test_node_heights_of_a_chain_and_a_fork():
 
 @pytest.mark.parametrize("variant", ["context", "vanilla"])
 def test_batched_prediction_equals_one_by_one(variant):
-    trees = featurize(MM, _configs(MM, 24, seed=1), "ast") + featurize(CONV, _configs(CONV, 8), "ast")
+    trees = (featurize(MM, _configs(MM, 24, seed=1), "ast")
+             + featurize(CONV, _configs(CONV, 8), "ast"))
     model = TreeGRUCostModel(variant=variant, **SMALL)
     model.fit(trees, np.linspace(0, 1, len(trees)))
     batched = model.predict(trees)
@@ -193,7 +194,9 @@ def test_seeded_training_is_deterministic_and_state_dict_round_trips(tmp_path):
     trees = featurize(CONV, configs, "ast")
     y = np.random.default_rng(0).random(len(trees))
     a, b = TreeGRUCostModel(seed=7, **SMALL), TreeGRUCostModel(seed=7, **SMALL)
+    threads = torch.get_num_threads()
     a.fit(trees, y)
+    assert torch.get_num_threads() == threads  # the model's thread setting is scoped
     b.fit(trees, y)
     np.testing.assert_array_equal(a.predict(trees), b.predict(trees))
     torch.save(a.state_dict(), tmp_path / "treegru.pt")
