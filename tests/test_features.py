@@ -12,6 +12,7 @@ from tensorgym.features import (CONTEXT_NAMES, FEATURE_MODES, NODE_TYPES, PROGRA
                                 RELATION_PAIRS, THRESHOLDS, clear_cache, context_matrix, extract,
                                 feature_length, feature_names, featurize)
 from tensorgym.features.context import CTX, summarize
+from tensorgym.features.index_analysis import dominant_coeff, linear_form, value_range
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, conv2d, get_workload, matmul
@@ -176,6 +177,26 @@ def test_different_schedules_give_different_features():
         assert not np.array_equal(pair[0], pair[1]), knob
 
 
+def test_input_slots_follow_the_main_statement_not_the_argument_list():
+    """With conv2d's padding materialised, the main statement reads the padded copy: it takes
+    the first input slot (like matmul's A) and the raw data moves to the workspace slot."""
+    w = WORKLOADS["conv2d-C6"]
+    space = space_for(w, "cpu")
+    base = dict(_configs(w, 1, seed=8)[0].values)
+    for inline_pad, reader_of_slot0 in ((1, "data"), (0, "pad")):
+        program = lower(w, space.from_values(dict(base, inline_pad=inline_pad)))
+        z = context_matrix(program)
+        loops = [n for n in A.walk(program.body) if isinstance(n, A.For)]
+        pad_stage = [k for k, lp in enumerate(loops) if lp.var.name.startswith("pad")]
+        main = [k for k in range(len(loops)) if k not in pad_stage]
+        assert z[main, CTX["slot0_read"]].max() == 1 and z[main, CTX["slot1_read"]].max() == 1
+        if reader_of_slot0 == "pad":
+            assert pad_stage and z[pad_stage, CTX["slot3_read"]].max() == 1  # data, in the copy
+            assert z[pad_stage, CTX["slot0_write"]].max() == 1  # the copy writes pad
+        else:
+            assert not pad_stage and not z[:, CTX["slot3_read"]].any()
+
+
 # ---------------------------------------------------------------- hand-checked values
 
 
@@ -259,7 +280,8 @@ def _brute_force(program: A.Program):
                 for pos, lp in enumerate(chain):
                     c = A.linear_coeff(flat, lp.var)
                     key = (id(lp), buf)
-                    stride[key] = max(stride.get(key, 0), abs(c))
+                    if c is not None:  # affine in this loop
+                        stride[key] = max(stride.get(key, 0), abs(c))
                     inner = chain[pos:]
                     for values in itertools.product(*(range(x.extent) for x in inner)):
                         env = {x.var: v for x, v in zip(inner, values)}
@@ -281,12 +303,13 @@ def _eval(e, env):
 
 @pytest.mark.parametrize("workload", [matmul(8, 12, 6), conv2d(1, 2, 6, 6, 3, 3, 2, 0)])
 def test_touched_memory_and_stride_against_brute_force(workload):
-    """Affine programs (no fused parallel loop): touched memory is exact for these nests and
-    the stride is the coefficient ``linear_coeff`` finds."""
+    """Touched memory is exact for these nests, fused parallel loops (``//``, ``%``) included,
+    and where the index is affine in a loop the stride is what ``linear_coeff`` finds."""
     space = space_for(workload, "cpu")
-    for c in space.sample(np.random.default_rng(5), 6):
-        values = dict(c.values, parallel=0)
-        program = lower(workload, space.from_values(values))
+    configs = space.sample(np.random.default_rng(5), 6)
+    configs += [space.from_values(dict(c.values, parallel=2)) for c in configs[:2]]
+    for c in configs:
+        program = lower(workload, c)
         summary = summarize(program)
         touched, stride = _brute_force(program)
         loops = [n for n in A.walk(program.body) if isinstance(n, A.For)]
@@ -298,8 +321,32 @@ def test_touched_memory_and_stride_against_brute_force(workload):
             k = next(i for i, lp in enumerate(loops) if id(lp) == loop_id)
             got = summary.context[k, CTX[f"slot{slots[buf]}_touched_bytes"]]
             assert got == pytest.approx(_log(4 * len(elements)), rel=1e-6), (k, buf)
+            if (loop_id, buf) not in stride:
+                continue
             got = summary.context[k, CTX[f"slot{slots[buf]}_stride"]]
             assert got == pytest.approx(_log(stride[(loop_id, buf)]), rel=1e-6), (k, buf)
+
+
+def test_index_analysis_of_fused_loops():
+    f, i = A.LoopVar("f"), A.LoopVar("i")
+    outer = A.BinOp("//", f, A.IntImm(4))  # f = outer * 4 + inner
+    inner = A.BinOp("%", f, A.IntImm(4))
+    index = A.add(A.mul(outer, 100), A.add(A.mul(inner, 10), i))
+    terms, opaque, _ = linear_form(index)
+    assert terms == {i: 1} and len(opaque) == 2
+    # f in range(12): outer takes 3 values, inner 4
+    assert value_range(outer, {f: 12}) == (3, 3)
+    assert value_range(inner, {f: 12}) == (4, 4)
+    assert value_range(inner, {f: 3}) == (3, 3)
+    # per step of f the index mostly moves by 10 (inner); outer moves once every 4 steps
+    assert dominant_coeff(index, f) == 10
+    assert dominant_coeff(index, i) == 1 == A.linear_coeff(index, i)
+    values = {(a // 4) * 100 + (a % 4) * 10 + b for a in range(12) for b in range(5)}
+    program = A.Program("fused", (A.Buffer("out", (400,)),), (), A.For(f, 12, "parallel", A.For(
+        i, 5, "serial", A.Store(A.Buffer("out", (400,)), (index,), A.FloatImm(0.0)))))
+    z = context_matrix(program)
+    # the store goes to an undeclared buffer (placed by scope), so read the footprint column
+    assert z[0, CTX["footprint_bytes"]] == pytest.approx(_log(4 * len(values)))
 
 
 # ---------------------------------------------------------------- GPU-shaped programs
@@ -334,6 +381,14 @@ def test_gpu_loops_shared_buffers_and_barriers():
     assert g["shared_bytes"] == pytest.approx(_log(16 * 8 * 4))
     assert g["parallel_iters"] == pytest.approx(_log(4))
     assert g["threads"] == pytest.approx(_log(16))
+    # the same kernel written with ThreadIdx expressions: the launch shape stands in for loops
+    b, t = A.ThreadIdx("blockIdx.x"), A.ThreadIdx("threadIdx.x")
+    out = A.Buffer("out", (64,))
+    kernel = A.Program("k", (out,), (), A.Store(out, (A.add(A.mul(b, 16), t),), A.FloatImm(1.0)),
+                       {"grid": (4, 1, 1), "block": (16, 1, 1)})
+    g = dict(zip(PROGRAM_NAMES, summarize(kernel).program))
+    assert g["parallel_iters"] == pytest.approx(_log(4)) and g["threads"] == pytest.approx(_log(16))
+    assert extract(kernel, "relation").shape == (feature_length("relation"),)
     tree = extract(_gpu_like_program(), "ast")
     assert NODE_TYPES[tree["node_type"][0]] == "For"
     assert "Barrier" in [NODE_TYPES[t] for t in tree["node_type"]]

@@ -142,7 +142,7 @@ class TensorSchedEnv(gym.Env):
     def featurize(self, configs: Sequence[Config], mode: Optional[str] = None):
         from ..features import featurize
 
-        return featurize(self.workload, list(configs), mode or self.obs_mode)
+        return featurize(self.workload, list(configs), mode or self.obs_mode, space=self.space)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""

@@ -9,8 +9,11 @@ Modes (``FEATURE_MODES``):
 - ``"config"``: the raw knob encoding (``config_encoding.py``), padded to ``MAX_KNOBS`` knobs.
 - ``"ast"``: one dict of arrays per program for a tree model (``ast.py``); not a matrix.
 
-Lowering and featurizing one config costs about a millisecond of Python, so ``featurize`` keeps
-an LRU cache of rows keyed by (workload, space, knob values, mode): search revisits configs.
+All features are pure functions of the lowered program (or, for ``config``, of the config):
+no names, no randomness. Lowering and featurizing one config costs about a millisecond of
+Python, so ``featurize`` keeps an LRU cache of ``CACHE_SIZE`` rows per mode keyed by (workload,
+space name, knob values): search revisits configs. The cache is per process and not locked;
+call ``featurize`` from one thread at a time. ``feature_names(mode)`` names every column.
 """
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 figures, computed in one pass over the statements.
 
 Loops are numbered in pre-order (the order ``loopast.walk`` meets them). Buffers are placed in
-fixed slots by *role* (inputs in argument order, the output, workspaces, then local and shared
-allocations in the order they are allocated), never by name, so the features do not change when
-loops or buffers are renamed. Magnitudes are scaled as log2(1 + x); flags and depth are raw.
+fixed slots by *role*, never by name, so the features do not change when loops or buffers are
+renamed: two input slots (the global buffers read by the most executed statement, in its read
+order), the output (last argument), one workspace slot (other global buffers), then local and
+shared allocations in allocation order (``SLOT_ROLES``). Magnitudes are scaled as log2(1 + x); flags and depth are raw.
 
 Touched memory of an access below loop L is estimated per buffer dimension as
 ``min(dim size, span of the index, product of the extents that move it)`` over the loops from L
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import loopast as A
+from .index_analysis import dominant_coeff, linear_form, loop_vars, value_range
 
 KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "blockIdx", "threadIdx", "vthread")
 _KIND_INDEX = {k: i for i, k in enumerate(KIND_NAMES)}
@@ -114,10 +116,12 @@ class _Analyzer:
         self.role_used = {r: 0 for r in SLOT_ROLES}
         self.flops = self.loads = self.stores = self.barriers = 0
         self.alloc_bytes = {"local": 0, "shared": 0}
-        for i, buf in enumerate(program.args):
-            self._assign(buf, "output" if i == len(program.args) - 1 else "input")
-        for buf in program.workspaces:
-            self._assign(buf, "workspace")
+        # global buffers other than the output get their slots after the walk (see _assign_inputs)
+        self.globals: list[A.Buffer] = [*program.args[:-1], *program.workspaces]
+        self.hottest_read: dict[A.Buffer, tuple[int, int]] = {}  # buf -> (-execs, read order)
+        self.n_reads = 0
+        if program.args:
+            self._assign(program.args[-1], "output")
 
     def _assign(self, buf: A.Buffer, role: str) -> None:
         slots = [s for s, r in enumerate(SLOT_ROLES) if r == role]
@@ -125,10 +129,27 @@ class _Analyzer:
         self.role_used[role] = n + 1
         self.slot_of[buf] = slots[n] if n < len(slots) else -1
 
-    def _slot(self, buf: A.Buffer) -> int:
-        if buf not in self.slot_of:  # not declared: place it by its scope
-            self._assign(buf, buf.scope if buf.scope in ("local", "shared") else "workspace")
-        return self.slot_of[buf]
+    def _note_buffer(self, buf: A.Buffer) -> None:
+        if buf in self.slot_of or buf in self.hottest_read or buf in self.globals:
+            return
+        if buf.scope in ("local", "shared"):  # not allocated by an Allocate: place it by scope
+            self._assign(buf, buf.scope)
+        else:
+            self.globals.append(buf)
+
+    def _assign_inputs(self) -> None:
+        """The two input slots go to the global buffers read by the most executed statement,
+        in the order that statement reads them (the operands of the main computation: the
+        padded copy of conv2d's data when it is materialised, as for matmul's A); the other
+        global buffers (e.g. the raw data then) take the workspace slot."""
+        never = (1, 0)
+        order = sorted(range(len(self.globals)),
+                       key=lambda i: (self.hottest_read.get(self.globals[i], never), i))
+        for i in order:
+            buf = self.globals[i]
+            if buf not in self.slot_of:
+                main = self.role_used["input"] < 2 and buf in self.hottest_read
+                self._assign(buf, "input" if main else "workspace")
 
     # ------------------------------------------------------------ the walk
 
@@ -171,29 +192,31 @@ class _Analyzer:
             self.stores += execs
         else:
             self.loads += execs
-        cached = self.forms.get(id(indices))
-        if cached is None:
-            if len(indices) != len(buf.shape):
-                raise ValueError(f"{buf.name} has {len(buf.shape)} dims, "
-                                 f"accessed with {len(indices)}")
-            forms = []
-            for i in indices:
-                terms: dict = {}
-                opaque: list = []
-                _collect(i, 1, terms, opaque)
-                for _, e in opaque:  # loads hidden in non-affine index parts (gathers)
-                    self._index_reads(e, chain, execs)
-                forms.append((terms, opaque))
-            # merge accesses by the index's structure, not object identity, so a load and a
-            # store of the same element count as one access however the AST was built
-            shape_key = tuple((frozenset(t.items()), tuple((c, _expr_key(e)) for c, e in o))
-                              for t, o in forms)
-            cached = self.forms[id(indices)] = (forms, shape_key)
-        forms, shape_key = cached
+        if len(indices) != len(buf.shape):
+            raise ValueError(f"{buf.name} has {len(buf.shape)} dims, accessed with {len(indices)}")
+        forms = []
+        keys = []
+        for i in indices:
+            form = self.forms.get(id(i))  # lowering shares index expressions between accesses
+            if form is None:
+                form = self.forms[id(i)] = linear_form(i)
+            forms.append(form)
+            keys.append(form[2])
+            for _, e in form[1]:  # loads hidden in non-affine index parts (gathers)
+                self._index_reads(e, chain, execs)
+        # merge accesses by the index's structure, not object identity, so a load and a
+        # store of the same element count as one access however the AST was built
+        shape_key = tuple(keys)
         key = (buf, shape_key, chain)
         acc = self.accesses.get(key)
         if acc is None:
-            acc = self.accesses[key] = _Access(self._slot(buf), buf, forms, chain)
+            self._note_buffer(buf)
+            acc = self.accesses[key] = _Access(-1, buf, forms, chain)
+        if not write and buf.scope == "global":
+            rank = (-execs, self.n_reads)
+            self.n_reads += 1
+            if rank < self.hottest_read.get(buf, (1, 0)):
+                self.hottest_read[buf] = rank
         acc.multiplicity += 1
         if write:
             acc.write = True
@@ -247,7 +270,9 @@ class _Analyzer:
             row[6 + n_kinds] = lp.outer * lp.extent
             rows.append(row)
         traffic = [0] * len(_CACHE_SIZES)
+        self._assign_inputs()
         for acc in self.accesses.values():
+            acc.slot = self.slot_of[acc.buffer]
             self._fill_access(acc, rows, traffic)
         z = np.array(rows, dtype=np.float64).reshape(n, N_CONTEXT)
         touched = z[:, _L::_F]
@@ -274,19 +299,21 @@ class _Analyzer:
         lin_span = [1] * n_dims
         lin_count = [1] * n_dims
         uses: dict[A.LoopVar, list[tuple[int, int]]] = {}  # var -> [(dim, coeff)]
-        for d, (terms, _) in enumerate(forms):
+        for d, (terms, _, _) in enumerate(forms):
             for var, c in terms.items():
                 if c:
                     uses.setdefault(var, []).append((d, c))
         # non-affine index parts: [dim, scale, expr, its loop vars, span, distinct values]
-        opaque = [[d, scale, e, _vars(e), 1, 1] for d, (_, op) in enumerate(forms)
+        opaque = [[d, scale, e, loop_vars(e), 1, 1] for d, (_, op, _) in enumerate(forms)
                   for scale, e in op]
         count = acc.multiplicity
         col = _L + acc.slot * _F if acc.slot >= 0 else -1
         in_global = buf.scope == "global"
         fits = [eb * self.loops[acc.chain[-1]].outer * self.loops[acc.chain[-1]].extent
                 if acc.chain else eb] * len(_CACHE_SIZES)
-        still_fits = [True] * len(_CACHE_SIZES)
+        first_fit = 0  # caches are ascending and footprints only grow outwards
+        n_caches = len(_CACHE_SIZES) if in_global else 0
+        flags = [c for c, on in ((col + 4, acc.read), (col + 5, acc.write)) if on]
         active: dict[A.LoopVar, int] = {}
         loops = self.loops
         touched = eb
@@ -306,8 +333,8 @@ class _Analyzer:
                 for term in opaque:
                     if var in term[3]:
                         d, scale, e = term[0], term[1], term[2]
-                        term[4], term[5] = _range(e, active)
-                        stride += scale * _dominant_coeff(e, var) * strides[d]
+                        term[4], term[5] = value_range(e, active)
+                        stride += scale * dominant_coeff(e, var) * strides[d]
                         changed = True
             if changed:
                 span = lin_span[:]
@@ -318,12 +345,10 @@ class _Analyzer:
                 touched = eb
                 for d in range(n_dims):
                     touched *= min(shape[d], span[d], cnt[d])
-            if in_global:
-                for t, cap in enumerate(_CACHE_SIZES):
-                    if still_fits[t] and touched <= cap:
-                        fits[t] = touched * lp.outer
-                    else:
-                        still_fits[t] = False
+            while first_fit < n_caches and touched > _CACHE_SIZES[first_fit]:
+                first_fit += 1
+            for t in range(first_fit, n_caches):
+                fits[t] = touched * lp.outer
             if col < 0:
                 continue
             row = rows[k]
@@ -332,10 +357,8 @@ class _Analyzer:
             row[col + 1] += count
             if abs(stride) > abs(row[col + 3]):
                 row[col + 3] = stride
-            if acc.read:
-                row[col + 4] = 1.0
-            if acc.write:
-                row[col + 5] = 1.0
+            for f in flags:
+                row[f] = 1.0
         if in_global:
             for t in range(len(_CACHE_SIZES)):
                 traffic[t] += fits[t]
@@ -344,6 +367,12 @@ class _Analyzer:
         loops = self.loops
         par = [lp.extent for lp in loops if KIND_NAMES[lp.kind] in ("parallel", "blockIdx")]
         threads = [lp.extent for lp in loops if KIND_NAMES[lp.kind] in ("threadIdx", "vthread")]
+        launch = self.program.launch or {}
+        # a GPU kernel may bind work-items through ThreadIdx expressions instead of loops
+        if not any(KIND_NAMES[lp.kind] == "blockIdx" for lp in loops) and "grid" in launch:
+            par += list(launch["grid"])
+        if not threads and "block" in launch:
+            threads = list(launch["block"])
         vec = [lp.extent for lp in loops if KIND_NAMES[lp.kind] == "vectorized"]
         unrolled = [lp.extent * lp.body_execs for lp in loops
                     if KIND_NAMES[lp.kind] == "unrolled"
@@ -373,113 +402,3 @@ def _elem_bytes(buf: A.Buffer) -> int:
         return _DTYPE_BYTES[buf.dtype]
     except KeyError:
         raise ValueError(f"buffer {buf.name} has unsupported dtype {buf.dtype!r}") from None
-
-
-# ------------------------------------------------------------ index analysis
-
-
-def _linear_form(e) -> tuple[dict, list]:
-    """Split an index into affine terms {LoopVar: coeff} and opaque (scale, subexpression) parts."""
-    terms: dict[A.LoopVar, int] = {}
-    opaque: list[tuple[int, object]] = []
-    _collect(e, 1, terms, opaque)
-    return terms, opaque
-
-
-def _collect(e, scale: int, terms: dict, opaque: list) -> None:
-    if isinstance(e, A.LoopVar):
-        terms[e] = terms.get(e, 0) + scale
-    elif isinstance(e, (A.IntImm, A.ThreadIdx)):
-        return  # constants; a ThreadIdx is fixed within one work-item
-    elif isinstance(e, A.BinOp) and e.op in ("+", "-"):
-        _collect(e.a, scale, terms, opaque)
-        _collect(e.b, -scale if e.op == "-" else scale, terms, opaque)
-    elif isinstance(e, A.BinOp) and e.op == "*" and isinstance(e.b, A.IntImm):
-        _collect(e.a, scale * e.b.value, terms, opaque)
-    elif isinstance(e, A.BinOp) and e.op == "*" and isinstance(e.a, A.IntImm):
-        _collect(e.b, scale * e.a.value, terms, opaque)
-    elif scale:
-        opaque.append((scale, e))
-
-
-def _vars(e) -> frozenset:
-    return frozenset(n for n in A.walk(e) if isinstance(n, A.LoopVar))
-
-
-def _expr_key(e) -> tuple:
-    """A hashable structural key of an index expression (loop variables by identity)."""
-    if isinstance(e, A.BinOp):
-        return (e.op, _expr_key(e.a), _expr_key(e.b))
-    if isinstance(e, A.Select):
-        return ("select", _expr_key(e.cond), _expr_key(e.true_value), _expr_key(e.false_value))
-    if isinstance(e, A.Load):
-        return ("load", e.buffer, tuple(_expr_key(i) for i in e.indices))
-    if isinstance(e, (A.IntImm, A.FloatImm)):
-        return ("imm", e.value)
-    if isinstance(e, A.ThreadIdx):
-        return ("thread", e.tag)
-    return ("var", e)
-
-
-def _range(e, active: dict) -> tuple[int, int]:
-    """(span, distinct values) of an integer expression while the ``active`` loops run."""
-    if isinstance(e, A.LoopVar):
-        n = active.get(e, 1)
-        return n, n
-    if isinstance(e, A.BinOp):
-        sa, ca = _range(e.a, active)
-        sb, cb = _range(e.b, active)
-        op = e.op
-        if op in ("+", "-"):
-            span, cnt = sa + sb - 1, ca * cb
-        elif op == "*":
-            if isinstance(e.b, A.IntImm) or isinstance(e.a, A.IntImm):
-                k = abs(e.b.value if isinstance(e.b, A.IntImm) else e.a.value)
-                s = sa if isinstance(e.b, A.IntImm) else sb
-                c = ca if isinstance(e.b, A.IntImm) else cb
-                span, cnt = ((s - 1) * k + 1, c) if k else (1, 1)
-            else:
-                span, cnt = sa * sb, ca * cb
-        elif op == "//" and isinstance(e.b, A.IntImm) and e.b.value > 0:
-            span = (sa - 1) // e.b.value + 1
-            cnt = span
-        elif op == "%" and isinstance(e.b, A.IntImm) and e.b.value > 0:
-            span = min(sa, e.b.value)
-            cnt = min(ca, span)
-        elif op in ("min", "max"):
-            span, cnt = max(sa, sb), ca * cb
-        elif op in ("<", "<=", ">=", ">", "==", "&&"):
-            span, cnt = 2, 2
-        else:
-            span, cnt = sa, ca
-        return span, min(cnt, span)
-    if isinstance(e, A.Select):
-        st, ct = _range(e.true_value, active)
-        sf, cf = _range(e.false_value, active)
-        return max(st, sf), min(ct + cf, max(st, sf))
-    return 1, 1
-
-
-def _dominant_coeff(e, var: A.LoopVar) -> int:
-    """How much ``e`` moves per step of ``var`` most of the time (``(f // 4) % 8`` moves 0 per
-    step of ``f``, ``f % 8`` moves 1); affine expressions get their exact coefficient."""
-    if isinstance(e, A.LoopVar):
-        return 1 if e is var else 0
-    if isinstance(e, A.BinOp):
-        a = _dominant_coeff(e.a, var)
-        b = _dominant_coeff(e.b, var)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            if isinstance(e.b, A.IntImm):
-                return a * e.b.value
-            if isinstance(e.a, A.IntImm):
-                return b * e.a.value
-            return 0
-        if e.op == "//" and isinstance(e.b, A.IntImm) and e.b.value > 0:
-            return int(a / e.b.value)
-        if e.op == "%" and isinstance(e.b, A.IntImm) and e.b.value > 0:
-            return a % e.b.value if a >= 0 else -((-a) % e.b.value)
-    return 0
