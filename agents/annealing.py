@@ -42,7 +42,8 @@ class ParallelAnnealer:
             self.points += self.space.sample(self.rng, self.n_chains - len(self.points))
 
     def find_maximums(self, score: ScoreFn, k: int,
-                      exclude: "set[int] | frozenset[int]" = frozenset()) -> list[tuple[Config, float]]:
+                      exclude: "set[int] | frozenset[int]" = frozenset(),
+                      ) -> list[tuple[Config, float]]:
         """Run the chains and return up to ``k`` distinct configs not in ``exclude`` (indices)
         with the highest scores seen, best first, with their scores."""
         if k < 1:

@@ -24,32 +24,39 @@ Callback = Callable[["ModelTuner", list[MeasureResult]], None]
 
 
 class FeatureCache:
-    """``env.unwrapped.featurize`` memoized by config index (annealing revisits configs)."""
+    """``env.unwrapped.featurize`` memoized by config index (annealing revisits configs).
 
-    def __init__(self, featurize: Callable, mode: str, max_entries: int = 200_000) -> None:
+    Fixed-length modes give a matrix (one row per config); a mode such as ``ast`` that gives one
+    object per program (for tree models) is returned as a list."""
+
+    def __init__(self, featurize: Callable, mode: str, max_entries: int = 50_000) -> None:
         self.featurize = featurize
         self.mode = mode
         self.max_entries = max_entries
-        self.rows: dict[int, np.ndarray] = {}
+        self.rows: dict[int, object] = {}
+        self.matrix: bool | None = None
 
-    def __call__(self, configs: Sequence[Config]) -> "np.ndarray | list[dict]":
+    def __call__(self, configs: Sequence[Config]) -> "np.ndarray | list":
         missing = list({c.index: c for c in configs if c.index not in self.rows}.values())
-        if self.mode == "ast":  # one dict of arrays per program (tree models), not a matrix
-            # a tree takes 7-10 KB against ~2 KB for a relation row: keep fewer
-            if len(self.rows) + len(missing) > min(self.max_entries, 20_000):
-                self.rows.clear()
-            if missing:
-                self.rows.update(zip((c.index for c in missing), self.featurize(missing, self.mode)))
-            return [self.rows[c.index] for c in configs]
         if missing:
-            feats = np.asarray(self.featurize(missing, self.mode), np.float32)
-            if feats.ndim != 2 or feats.shape[0] != len(missing):
-                raise ValueError(f"featurize returned shape {feats.shape} for {len(missing)} "
-                                 f"configs in mode {self.mode!r}; need a 2-D matrix")
+            feats = self.featurize(missing, self.mode)
+            if isinstance(feats, np.ndarray):
+                if feats.ndim != 2 or feats.shape[0] != len(missing):
+                    raise ValueError(f"featurize returned shape {feats.shape} for {len(missing)} "
+                                     f"configs in mode {self.mode!r}; need one row per config")
+                feats = feats.astype(np.float32, copy=False)
+                self.matrix = True
+            else:
+                feats = list(feats)
+                if len(feats) != len(missing):
+                    raise ValueError(f"featurize returned {len(feats)} items for "
+                                     f"{len(missing)} configs")
+                self.matrix = False
             if len(self.rows) + len(missing) > self.max_entries:
-                self.rows.clear()  # crude bound on memory; re-featurizing is only slower
+                self.rows.clear()  # a crude bound on memory; re-featurizing is only slower
             self.rows.update(zip((c.index for c in missing), feats))
-        return np.stack([self.rows[c.index] for c in configs])
+        items = [self.rows[c.index] for c in configs]
+        return np.stack(items) if self.matrix else items
 
 
 class ModelTuner:
@@ -142,7 +149,8 @@ class ModelTuner:
         annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps, self.sa_early_stop,
                                     seed=rng.spawn(1)[0])
         # measurements the env already holds train the model and are never re-measured
-        known = [r for r in (getattr(u, "history", None) or []) if r.config.space_name == space.name]
+        known = [r for r in (getattr(u, "history", None) or [])
+                 if r.config.space_name == space.name]
         measured = {r.config.index for r in known}
         data_configs = [r.config for r in known]
         data_gflops = [r.gflops for r in known]
@@ -150,13 +158,14 @@ class ModelTuner:
         if max(data_gflops, default=0.0) > 0:
             self._fit(model, features, data_configs, data_gflops)
             model_ready = True
+
+        def score(configs: Sequence[Config]) -> np.ndarray:
+            return model.predict(features(configs))
+
         self.history = []
         while len(self.history) < n_trials and len(measured) < space.size:
             b = min(self.batch_size, n_trials - len(self.history))
             if model_ready:
-                def score(configs: Sequence[Config]) -> np.ndarray:
-                    return model.predict(features(configs))
-
                 k = max(b, int(round(self.plan_ratio * b)))
                 candidates = annealer.find_maximums(score, k, exclude=measured)
                 batch = select_batch(candidates, space, b, self.alpha, self.epsilon, rng, measured)

@@ -159,8 +159,8 @@ def print_table(curves: dict[str, dict[str, list[Curve]]], title: str) -> None:
     for w, per_method in curves.items():
         for name in methods:
             arr = np.stack(per_method[name])
-            cells = [f"{arr[:, m - 1].mean():8.2f} ({arr[:, m - 1].min():.1f}-{arr[:, m - 1].max():.1f})"
-                     for m in marks]
+            at = [arr[:, m - 1] for m in marks]
+            cells = [f"{a.mean():8.2f} ({a.min():.1f}-{a.max():.1f})" for a in at]
             print(f"{w:<12} {name:<24} " + " ".join(f"{c:>22}" for c in cells))
 
 

@@ -1,7 +1,8 @@
 """Figure 4: the statistical cost model (GBT, rank loss) vs black-box search (random, GA).
 
     python benchmarks/bench_paper_fig4_models.py --trials 800 --seeds 3
-    python benchmarks/bench_paper_fig4_models.py --trials 16 --seeds 1 --workloads matmul-1024 --batch-size 8
+    python benchmarks/bench_paper_fig4_models.py --trials 16 --seeds 1 \
+        --workloads matmul-1024 --batch-size 8
 """
 from __future__ import annotations
 

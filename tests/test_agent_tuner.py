@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tensorgym.agents import ModelTuner, TransferModel, XGBoostCostModel, make_agent
+from tensorgym.agents import FeatureCache, ModelTuner, TransferModel, XGBoostCostModel, make_agent
 from tensorgym.agents.synthetic import SyntheticEnv, one_hot
 from tensorgym.agents.transfer import SourceData
 from tensorgym.space import ConfigSpace, other_knob
@@ -139,3 +139,22 @@ def test_bad_options():
         make_agent("xgb", model="no-such-model")
     with pytest.raises(ValueError):
         make_agent("xgb", **FAST).tune(SyntheticEnv(SPACE, objective), -1)
+
+
+def test_feature_cache_featurizes_each_config_once():
+    calls = []
+
+    def featurize(configs, mode):
+        calls.append(len(configs))
+        return one_hot(SPACE, configs)
+
+    cache = FeatureCache(featurize, "config")
+    a, b = SPACE.get(5), SPACE.get(9)
+    X = cache([a, b, a])
+    assert np.array_equal(X, one_hot(SPACE, [a, b, a])) and calls == [2]
+    cache([b, a])
+    assert calls == [2]
+    per_program = FeatureCache(lambda cs, mode: [{"index": c.index} for c in cs], "ast")
+    assert per_program([a, b]) == [{"index": 5}, {"index": 9}]
+    with pytest.raises(ValueError):
+        FeatureCache(lambda cs, mode: np.zeros((1, 3)), "config")([a, b])
