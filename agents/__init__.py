@@ -18,6 +18,20 @@ AGENTS: dict[str, Callable[..., ModelTuner]] = {
 }
 
 
+
+
+def _treegru(**options) -> CostModel:
+    from .treegru import TreeGRUCostModel  # noqa: PLC0415  (torch only when the model is used)
+
+    return TreeGRUCostModel(**options)
+
+
+for _name, _preset in {"treegru": {}, "treegru-reg": {"loss": "reg"},
+                       "treegru-vanilla": {"variant": "vanilla"}}.items():
+    register_model(_name, lambda _p=_preset, **kw: _treegru(**{**_p, **kw}))
+    AGENTS[_name] = lambda _n=_name, **kw: ModelTuner(**{"model": _n, **kw})
+
+
 def register_agent(name: str, factory: Callable[..., object]) -> None:
     AGENTS[name] = factory
 

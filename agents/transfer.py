@@ -72,13 +72,22 @@ def load_source_data(records, sources: Sequence, target: str, mode: str = "relat
         gflops = np.array([g for _, g in best.values()])
         if gflops.max() <= 0:
             continue  # nothing ran: no order to learn from
-        Xs.append(np.asarray(featurize(workload, configs, mode), np.float32))
+        feats = featurize(workload, configs, mode)
+        Xs.append(feats if mode == "ast" else np.asarray(feats, np.float32))
         ys.append(gflops / gflops.max())
         gs.append(np.full(len(configs), group, np.int64))
         counts[workload.key] = len(configs)
     if not Xs:
         raise ValueError("no usable source records: measure some other workloads first "
                          f"(sources {list(map(str, sources))}, target {target})")
+    if mode == "ast":  # trees: a list of dicts, any size (tree models)
+        X = [t for trees in Xs for t in trees]
+        data = SourceData(X, np.concatenate(ys), np.concatenate(gs), counts, skipped)
+        if max_samples is not None and len(data) > max_samples:
+            keep = np.sort(rng.choice(len(data), size=max_samples, replace=False))
+            data = SourceData([X[i] for i in keep], data.y[keep], data.groups[keep], counts,
+                              skipped)
+        return data
     widths = {x.shape[1] for x in Xs}
     if len(widths) > 1:
         raise ValueError(f"feature mode {mode!r} gives different lengths across workloads "
