@@ -2,7 +2,9 @@
 
 Protocol per config: lower -> render -> compile in a builder process; then in the worker: load,
 run once on random inputs and compare with NumPy (a wrong result is an error, never a time),
-pick ``number`` so one sample lasts at least ``min_repeat_ms``, and take ``repeat`` samples.
+pick ``number`` so one sample lasts at least ``min_repeat_ms``, and take ``repeat`` samples. A
+kernel whose first run already takes ``slow_run_s`` is reported with that one sample: it is far
+from the best anyway, and timing it again would cost a tuner seconds per trial.
 The statistic reported is the median of the samples (``MeasureResult.median``); every sample is
 kept in ``costs``.
 """
@@ -40,6 +42,7 @@ class MeasureOptions:
     n_parallel: int = 0  # builder processes; 0: one per core
     seed: int = 0  # of the random inputs
     recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
+    slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
 
 
 # ---------------------------------------------------------------- build (any process)

@@ -59,6 +59,9 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
             if not err <= tolerance(workload):  # also catches NaN
                 return fail(ErrorCode.WRONG_ANSWER,
                             f"max relative error {err:.3g} > {tolerance(workload):.3g}")
+        if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
+            return {"costs": (first,), "error": 0, "error_msg": "", "number": 1,
+                    "run_time": time.perf_counter() - t0}
         number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
         costs = []
         for _ in range(opts.repeat):

@@ -1,0 +1,31 @@
+"""Figure 4: the statistical cost model (GBT, rank loss) vs black-box search (random, GA).
+
+    python benchmarks/bench_paper_fig4_models.py --trials 800 --seeds 3
+    python benchmarks/bench_paper_fig4_models.py --trials 16 --seeds 1 \
+        --workloads matmul-1024 --batch-size 8
+"""
+from __future__ import annotations
+
+import os
+
+from bench_paper_common import (RandomSearch, base_parser, make_ga, plot_curves, print_table,
+                                run_study, tuner_options)
+from tensorgym.agents import make_agent
+
+
+def main() -> None:
+    p = base_parser(__doc__, ["conv2d-C1", "conv2d-C2", "conv2d-C6", "matmul-1024"], 800)
+    args = p.parse_args()
+    methods = {
+        "GBT (rank)": lambda: make_agent("xgb", **tuner_options(args)),
+        "GA": lambda: make_ga(args.batch_size),
+        "Random": lambda: RandomSearch(args.batch_size),
+    }
+    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
+    print_table(curves, "Figure 4: cost model vs black-box search")
+    plot_curves(curves, os.path.join(args.out, "fig4_models.png"),
+                f"Cost model vs black-box search ({args.target})")
+
+
+if __name__ == "__main__":
+    main()

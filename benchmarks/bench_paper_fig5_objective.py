@@ -1,0 +1,28 @@
+"""Figure 5: rank loss (Equation 2) vs regression loss for the GBT cost model.
+
+    python benchmarks/bench_paper_fig5_objective.py --trials 800 --seeds 3
+"""
+from __future__ import annotations
+
+import os
+
+from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
+from tensorgym.agents import make_agent
+
+
+def main() -> None:
+    p = base_parser(__doc__, ["conv2d-C1", "conv2d-C2", "conv2d-C5", "conv2d-C6"], 800)
+    args = p.parse_args()
+    methods = {
+        f"GBT {loss}": (lambda loss=loss: make_agent(
+            "xgb", model_options={"loss": loss}, **tuner_options(args)))
+        for loss in ("rank", "reg")
+    }
+    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
+    print_table(curves, "Figure 5: rank vs regression objective")
+    plot_curves(curves, os.path.join(args.out, "fig5_objective.png"),
+                f"Rank vs regression objective ({args.target})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The component-study scripts' plumbing on a synthetic objective (the real runs are long)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorgym.agents.synthetic import SyntheticEnv
+from tensorgym.space import ConfigSpace, other_knob
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_paper_common as common  # noqa: E402
+
+SPACE = ConfigSpace("toy/cpu", tuple(other_knob(f"k{i}", list(range(6))) for i in range(5)))
+
+
+def objective(c):
+    return 1.0 + float(sum(c.choices))
+
+
+@pytest.mark.parametrize("method", [common.RandomSearch(8), common.MiniGA(population=8)])
+def test_black_box_baselines_respect_the_budget_without_repeats(method):
+    env = SyntheticEnv(SPACE, objective)
+    history = method.tune(env, 30, seed=0)
+    assert len(history) == env.trials == 30
+    assert len({r.config.index for r in history}) == 30
+
+
+def test_ga_improves_on_its_first_generation():
+    history = common.MiniGA(population=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
+    first = max(r.gflops for r in history[:16])
+    assert max(r.gflops for r in history) > first
+
+
+def test_best_so_far_pads_a_short_run():
+    env = SyntheticEnv(SPACE, objective)
+    history = env.measure([SPACE.get(0), SPACE.get(SPACE.size - 1), SPACE.get(1)])
+    assert common.best_so_far(history, 5).tolist() == [1.0, 26.0, 26.0, 26.0, 26.0]
+
+
+def test_a_study_script_writes_its_table_and_figure(tmp_path, monkeypatch, capsys):
+    import bench_paper_fig6_diversity as fig6
+
+    monkeypatch.setattr(common, "make_env",
+                        lambda workload, target, budget, records=None: _closable(budget))
+    monkeypatch.setattr(sys, "argv", ["fig6", "--trials", "12", "--seeds", "2", "--workloads",
+                                      "toy", "--batch-size", "4", "--sa-steps", "5",
+                                      "--out", str(tmp_path)])
+    fig6.main()
+    out = capsys.readouterr().out
+    assert "lambda=4" in out and (tmp_path / "fig6_diversity.png").stat().st_size > 1000
+
+
+def _closable(budget):
+    env = SyntheticEnv(SPACE, objective, budget=budget)
+    env.close = lambda: None
+    return env

@@ -1,0 +1,133 @@
+"""XGBoost cost models (rank and regression losses), the bootstrap ensemble and its acquisitions."""
+import math
+
+import numpy as np
+import pytest
+
+from tensorgym.agents.cost_model import (BootstrapEnsemble, XGBoostCostModel,
+                                         expected_improvement, make_model, register_model)
+
+
+def kendall_tau(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    da = np.sign(a[:, None] - a[None, :])
+    db = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(len(a), 1)
+    return float((da[iu] * db[iu]).sum() / len(iu[0]))
+
+
+def throughput_data(seed, n):
+    """Normalized 'throughput' with a nonlinear dependence on a few features, like real configs."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 12)).astype(np.float32)
+    y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 - 0.5 * X[:, 2] + 0.3 * (X[:, 3] > 0.5)
+    y = (y - y.min()) / (y.max() - y.min())
+    return X, y
+
+
+@pytest.mark.parametrize("loss", ["rank", "reg"])
+def test_model_orders_held_out_configs(loss):
+    X, y = throughput_data(0, 500)
+    model = XGBoostCostModel(loss=loss, n_rounds=100)
+    model.fit(X[:350], y[:350])
+    assert kendall_tau(model.predict(X[350:]), y[350:]) > 0.6
+
+
+def test_rank_loss_learns_the_whole_order_not_only_the_top():
+    # a single query group of many items: XGBoost's default 'topk' pairs would leave most of
+    # the order unlearned; check the order among the slower half too
+    X, y = throughput_data(1, 500)
+    model = XGBoostCostModel(loss="rank", n_rounds=100)
+    model.fit(X[:350], y[:350])
+    pred, truth = model.predict(X[350:]), y[350:]
+    slow = truth < np.median(truth)
+    assert kendall_tau(pred[slow], truth[slow]) > 0.4
+
+
+def test_rank_groups_compare_only_within_a_workload():
+    X, y = throughput_data(2, 300)
+    groups = np.repeat([0, 1, 2], 100)
+    # scale each group's targets differently: ranking within groups must be unaffected
+    y_scaled = y * np.array([1.0, 0.1, 10.0])[groups]
+    a = XGBoostCostModel(n_rounds=50)
+    a.fit(X, y_scaled, groups=groups)
+    assert kendall_tau(a.predict(X[:100]), y[:100]) > 0.6
+
+
+def test_base_margin_adds_to_the_prediction():
+    X, y = throughput_data(3, 200)
+    base = XGBoostCostModel(loss="reg", n_rounds=30)
+    base.fit(X, y)
+    margin = base.predict(X)
+    top = XGBoostCostModel(loss="reg", n_rounds=30)
+    top.fit(X, y, base_margin=margin)
+    combined = margin + top.predict(X)
+    assert np.allclose(top.predict(X, base_margin=margin), combined, atol=1e-5)
+    assert np.mean((combined - y) ** 2) <= np.mean((margin - y) ** 2) + 1e-9
+
+
+def test_deterministic_given_seed():
+    X, y = throughput_data(4, 200)
+    preds = []
+    for _ in range(2):
+        m = XGBoostCostModel(n_rounds=30, subsample=0.8, seed=7)
+        m.fit(X, y)
+        preds.append(m.predict(X))
+    assert np.array_equal(preds[0], preds[1])
+
+
+def test_errors():
+    m = XGBoostCostModel()
+    with pytest.raises(RuntimeError):
+        m.predict(np.zeros((2, 3)))
+    with pytest.raises(ValueError):
+        m.fit(np.zeros((3, 2)), np.zeros(4))
+    with pytest.raises(ValueError):
+        m.fit(np.zeros(3), np.zeros(3))
+    with pytest.raises(ValueError):
+        m.fit(np.zeros((2, 2)), np.array([0.0, np.nan]))
+    m.fit(np.random.default_rng(0).random((8, 3)), np.arange(8.0))
+    with pytest.raises(ValueError):
+        m.predict(np.zeros((2, 4)))
+    with pytest.raises(ValueError):
+        XGBoostCostModel(loss="hinge")
+    with pytest.raises(ValueError):
+        make_model("no-such-model")
+
+
+def test_registry_builds_models_by_name():
+    assert make_model("xgb").loss == "rank"
+    assert make_model("xgb-reg").loss == "reg"
+    assert make_model("xgb", feature_mode="context").feature_mode == "context"
+    register_model("tiny-xgb", lambda **kw: XGBoostCostModel(n_rounds=5, **kw))
+    assert make_model("tiny-xgb").n_rounds == 5
+
+
+def test_expected_improvement_matches_numeric_integral():
+    mu, sigma, best = 0.3, 0.2, 0.4
+    ys = np.linspace(mu - 10 * sigma, mu + 10 * sigma, 200001)
+    pdf = np.exp(-0.5 * ((ys - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+    numeric = np.sum(np.maximum(ys - best, 0) * pdf) * (ys[1] - ys[0])
+    assert expected_improvement(np.array([mu]), np.array([sigma]), best)[0] == \
+        pytest.approx(numeric, rel=1e-4)
+    assert expected_improvement(np.array([0.5]), np.array([0.0]), 0.4)[0] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("acq", ["mean", "ucb", "ei"])
+def test_bootstrap_ensemble(acq):
+    X, y = throughput_data(5, 300)
+    ens = BootstrapEnsemble(lambda: XGBoostCostModel(loss="reg", n_rounds=30), n_models=5,
+                            acquisition=acq, seed=0)
+    ens.fit(X[:200], y[:200])
+    mu, sigma = ens.predict_mean_std(X[200:])
+    assert np.all(sigma >= 0) and np.any(sigma > 0)  # the members differ
+    assert kendall_tau(mu, y[200:]) > 0.5
+    score = ens.predict(X[200:])
+    if acq == "mean":
+        assert np.allclose(score, mu)
+    elif acq == "ucb":
+        assert np.allclose(score, mu + sigma)
+    else:
+        assert np.all(score >= 0)
+    with pytest.raises(ValueError):
+        BootstrapEnsemble(XGBoostCostModel, acquisition="pi")

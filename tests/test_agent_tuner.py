@@ -1,0 +1,160 @@
+"""The tuner loop on a synthetic objective: search quality, honest budget, determinism, plumbing."""
+import numpy as np
+import pytest
+
+from tensorgym.agents import FeatureCache, ModelTuner, TransferModel, XGBoostCostModel, make_agent
+from tensorgym.agents.synthetic import SyntheticEnv, one_hot
+from tensorgym.agents.transfer import SourceData
+from tensorgym.space import ConfigSpace, other_knob
+
+SPACE = ConfigSpace("toy/cpu", tuple(other_knob(f"k{i}", list(range(8))) for i in range(6)))
+TARGET = np.array([3, 5, 1, 7, 2, 6])
+FAST = dict(batch_size=16, n_chains=32, sa_steps=60, sa_early_stop=20,
+            model_options={"n_rounds": 40})
+
+
+def objective(config):
+    """A peaked landscape; configs with k0 == 0 'fail to build'."""
+    if config.choices[0] == 0:
+        return 0.0
+    return 100.0 / (1.0 + np.abs(np.array(config.choices) - TARGET).sum())
+
+
+def test_beats_random_search_with_the_same_budget():
+    env = SyntheticEnv(SPACE, objective)
+    history = make_agent("xgb", **FAST).tune(env, 96, seed=0)
+    rng = np.random.default_rng(0)
+    random_best = max(objective(c) for c in SPACE.sample_unique(rng, 96))
+    best = max(r.gflops for r in history)
+    assert best >= 50.0 > 2 * random_best
+
+
+def test_budget_is_honest_and_nothing_is_measured_twice():
+    env = SyntheticEnv(SPACE, objective)
+    batches = []
+    tuner = make_agent("xgb", **FAST)
+    history = tuner.tune(env, 40, seed=1, callbacks=[lambda agent, res: batches.append(len(res))])
+    assert len(history) == env.trials == 40
+    assert batches == [16, 16, 8]
+    assert len({r.config.index for r in history}) == 40
+    assert tuner.best.gflops == max(r.gflops for r in history)
+
+
+def test_env_budget_caps_trials_and_prior_history_is_not_remeasured():
+    env = SyntheticEnv(SPACE, objective, budget=50)
+    prior = env.measure(SPACE.sample_unique(np.random.default_rng(9), 20))
+    history = make_agent("xgb", **FAST).tune(env, 100, seed=0)
+    assert len(history) == 30 and env.trials == 50
+    assert not {r.config.index for r in prior} & {r.config.index for r in history}
+
+
+def test_small_space_is_exhausted_without_repeats():
+    tiny = ConfigSpace("tiny/cpu", (other_knob("a", [1, 2, 3]), other_knob("b", [1, 2])))
+    env = SyntheticEnv(tiny, lambda c: 1.0 + sum(c.choices))
+    history = make_agent("xgb", **FAST).tune(env, 100, seed=0)
+    assert sorted(r.config.index for r in history) == list(range(6))
+
+
+def test_same_seed_same_trials_other_seed_other_trials():
+    runs = [[r.config.index for r in make_agent("xgb", **FAST).tune(
+        SyntheticEnv(SPACE, objective), 48, seed=s)] for s in (0, 0, 1)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+class RidgeModel:
+    """A pluggable model that is not XGBoost: least squares on the features."""
+
+    def __init__(self):
+        self.feature_mode = "config"
+        self.fits = 0
+        self.w = None
+
+    def fit(self, X, y):
+        X1 = np.c_[X, np.ones(len(X))]
+        self.w = np.linalg.solve(X1.T @ X1 + 1e-3 * np.eye(X1.shape[1]), X1.T @ y)
+        self.fits += 1
+
+    def predict(self, X):
+        return np.c_[X, np.ones(len(X))] @ self.w
+
+
+class ModeRecordingEnv(SyntheticEnv):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.modes = set()
+
+    def featurize(self, configs, mode=None):
+        self.modes.add(mode)
+        return super().featurize(configs, mode)
+
+
+def test_model_is_pluggable_and_features_come_from_the_env():
+    env = ModeRecordingEnv(SPACE, objective)
+    tuner = ModelTuner(model=RidgeModel, **{k: v for k, v in FAST.items() if k != "model_options"})
+    history = tuner.tune(env, 48, seed=0)
+    assert env.modes == {"config"}
+    assert tuner.model.fits == 3  # retrained after every batch
+    assert max(r.gflops for r in history) > 0
+
+
+def test_uncertainty_acquisition_runs_the_loop():
+    for acq in ("ei", "ucb"):
+        env = SyntheticEnv(SPACE, objective)
+        tuner = make_agent("xgb", uncertainty=acq, n_bootstrap=3,
+                           **{**FAST, "model_options": {"loss": "reg", "n_rounds": 20}})
+        assert len(tuner.tune(env, 32, seed=0)) == 32
+
+
+def test_all_failures_keep_sampling_at_random():
+    env = SyntheticEnv(SPACE, lambda c: 0.0)
+    history = make_agent("xgb", **FAST).tune(env, 32, seed=0)
+    assert len(history) == 32 and not any(r.ok for r in history)
+
+
+def test_transfer_model_adds_local_to_global():
+    rng = np.random.default_rng(0)
+    src = SPACE.sample_unique(rng, 300)
+    data = SourceData(one_hot(SPACE, src), np.array([objective(c) for c in src]) / 100,
+                      np.zeros(300, np.int64))
+    model = TransferModel(XGBoostCostModel(n_rounds=40), XGBoostCostModel(n_rounds=40))
+    model.fit_global(data)
+    X = one_hot(SPACE, SPACE.sample_unique(rng, 50))
+    assert np.array_equal(model.predict(X), model.global_model.predict(X))
+    local = SPACE.sample_unique(rng, 40)
+    model.fit(one_hot(SPACE, local), np.array([objective(c) for c in local]) / 100)
+    assert np.allclose(model.predict(X),
+                       model.global_model.predict(X) + model.local_model.predict(X))
+    assert not np.allclose(model.predict(X), model.global_model.predict(X))
+
+
+def test_bad_options():
+    with pytest.raises(ValueError):
+        make_agent("nope")
+    with pytest.raises(ValueError):
+        make_agent("xgb", plan_ratio=0.5)
+    with pytest.raises(ValueError):
+        make_agent("xgb", source_workloads=["conv2d-C1"])  # no records database
+    with pytest.raises(ValueError):
+        make_agent("xgb", model="no-such-model")
+    with pytest.raises(ValueError):
+        make_agent("xgb", **FAST).tune(SyntheticEnv(SPACE, objective), -1)
+
+
+def test_feature_cache_featurizes_each_config_once():
+    calls = []
+
+    def featurize(configs, mode):
+        calls.append(len(configs))
+        return one_hot(SPACE, configs)
+
+    cache = FeatureCache(featurize, "config")
+    a, b = SPACE.get(5), SPACE.get(9)
+    X = cache([a, b, a])
+    assert np.array_equal(X, one_hot(SPACE, [a, b, a])) and calls == [2]
+    cache([b, a])
+    assert calls == [2]
+    per_program = FeatureCache(lambda cs, mode: [{"index": c.index} for c in cs], "ast")
+    assert per_program([a, b]) == [{"index": 5}, {"index": 9}]
+    with pytest.raises(ValueError):
+        FeatureCache(lambda cs, mode: np.zeros((1, 3)), "config")([a, b])
