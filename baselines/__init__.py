@@ -21,20 +21,36 @@ def _lazy(path: str) -> Callable[..., Agent]:
     return build
 
 
+def _reference_module() -> Any:
+    try:
+        return importlib.import_module("tensorgym.agents")
+    except ImportError as e:
+        raise TensorGymError(f"the reference agents need tensorgym.agents, which failed to "
+                             f"import: {e}") from None
+
+
+def reference_agent_names() -> list[str]:
+    """Names ``tensorgym.agents`` registers (empty if it is missing or has no registry)."""
+    try:
+        registry = getattr(_reference_module(), "AGENTS", None)
+    except TensorGymError:
+        return []
+    return list(registry) if isinstance(registry, dict) else []
+
+
 def _reference(name: str) -> Callable[..., Agent]:
     """The reference agents live in ``tensorgym.agents``, written separately; accept the factory
     names it may expose and say clearly what is missing."""
 
     def build(**opts: Any) -> Agent:
-        try:
-            agents = importlib.import_module("tensorgym.agents")
-        except ImportError as e:
-            raise TensorGymError(f"agent {name!r} needs tensorgym.agents, which failed to "
-                                 f"import: {e}") from None
+        agents = _reference_module()
         for factory in ("make_agent", "get_agent", "create_agent"):
             fn = getattr(agents, factory, None)
             if callable(fn):
-                return fn(name, **opts)
+                try:
+                    return fn(name, **opts)
+                except (KeyError, ValueError) as e:  # its own "unknown agent" / bad option
+                    raise TensorGymError(f"agent {name!r}: {e}") from None
         registry = getattr(agents, "AGENTS", None)
         if isinstance(registry, dict) and name in registry:
             return registry[name](**opts)
@@ -55,12 +71,19 @@ AGENTS: dict[str, Callable[..., Agent]] = {
 }
 
 
+def available_agents() -> list[str]:
+    """The names above plus every other agent ``tensorgym.agents`` registers (``xgb-rank``...)."""
+    return list(AGENTS) + [n for n in reference_agent_names() if n not in AGENTS]
+
+
 def get_agent(name: str, **opts: Any) -> Agent:
     """An agent by registry name; options go to its constructor."""
-    try:
-        factory = AGENTS[name]
-    except KeyError:
-        raise TensorGymError(f"unknown agent {name!r}; choose from {', '.join(AGENTS)}") from None
+    factory = AGENTS.get(name)
+    if factory is None and name in reference_agent_names():
+        factory = _reference(name)
+    if factory is None:
+        raise TensorGymError(f"unknown agent {name!r}; choose from "
+                             f"{', '.join(available_agents())}")
     try:
         return factory(**opts)
     except TypeError as e:
@@ -69,4 +92,4 @@ def get_agent(name: str, **opts: Any) -> Agent:
         raise TensorGymError(f"bad options for agent {name!r}: {e}") from None
 
 
-__all__ = ["AGENTS", "Agent", "BatchSearchAgent", "get_agent"]
+__all__ = ["AGENTS", "Agent", "BatchSearchAgent", "available_agents", "get_agent"]

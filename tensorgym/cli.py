@@ -158,9 +158,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {s.name:<16} {len(s.tasks):>2} tasks, {s.trials} trials, seeds "
                   f"{','.join(map(str, s.seeds))}: {s.description}")
     if what in ("all", "agents"):
-        from tensorgym.baselines import AGENTS
+        from tensorgym.baselines import available_agents
 
-        print("agents:", ", ".join(AGENTS))
+        print("agents:", ", ".join(available_agents()))
     return 0
 
 

@@ -126,6 +126,15 @@ def test_grid_prefix_spreads_over_leading_knob(matmul_space):
     assert len({r.config.choices[0] for r in results}) >= 8  # not stuck varying the last knob
 
 
+def test_reference_agents_resolve_lazily():
+    from tensorgym.baselines import available_agents
+
+    agent = get_agent("xgb")
+    assert type(agent).__module__.startswith("tensorgym.agents")
+    assert callable(agent.tune)
+    assert "xgb-rank" in available_agents()  # tensorgym.agents' other names are reachable
+
+
 def test_registry_names_and_errors():
     assert {"random", "grid", "ga", "ppo", "maskable-ppo", "xgb", "treegru"} <= set(AGENTS)
     with pytest.raises(TensorGymError, match="unknown agent 'nope'"):
