@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -305,6 +306,9 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (keep the interpreter's flush quiet)
+        return 0
     except Exception as e:  # noqa: BLE001  (a bug or a broken install: still one line)
         if args is not None and args.traceback:
             raise
