@@ -38,6 +38,9 @@ class FeatureCache:
 
     def __call__(self, configs: Sequence[Config]) -> "np.ndarray | list":
         missing = list({c.index: c for c in configs if c.index not in self.rows}.values())
+        if len(self.rows) + len(missing) > self.max_entries:
+            self.rows.clear()  # a crude bound on memory; re-featurizing is only slower
+            missing = list({c.index: c for c in configs}.values())
         if missing:
             feats = self.featurize(missing, self.mode)
             if isinstance(feats, np.ndarray):
@@ -52,8 +55,6 @@ class FeatureCache:
                     raise ValueError(f"featurize returned {len(feats)} items for "
                                      f"{len(missing)} configs")
                 self.matrix = False
-            if len(self.rows) + len(missing) > self.max_entries:
-                self.rows.clear()  # a crude bound on memory; re-featurizing is only slower
             self.rows.update(zip((c.index for c in missing), feats))
         items = [self.rows[c.index] for c in configs]
         return np.stack(items) if self.matrix else items

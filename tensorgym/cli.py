@@ -194,12 +194,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         history = agent.tune(env, args.trials, seed=args.seed, callbacks=[on_batch])
         wall = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+            bar = None
+        ok = [r for r in history if r.ok]
+        best = max(ok, key=lambda r: r.gflops) if ok else None
+        speedups = _speedups(env.unwrapped, best, args) if best is not None and not args.json \
+            else {}
     finally:
         if bar is not None:
             bar.close()
         env.close()
-    ok = [r for r in history if r.ok]
-    best = max(ok, key=lambda r: r.gflops) if ok else None
     summary = {
         "workload": workload.key, "label": workload.label, "target": args.target,
         "agent": args.agent, "seed": args.seed, "trials": len(history),
@@ -223,10 +228,41 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print("no valid config found")
         else:
             print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms)")
+            for line in speedups.get("lines", []):
+                print(line)
             print(f"config: {best.config.to_json()}")
             if args.export_source:
                 print(f"source written to {args.export_source}")
     return 0 if best is not None else 1
+
+
+def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
+    """Re-measure the best program, the reference schedule and the vendor library side by side
+    (these runs are not trials) and report the speedups, medians over interleaved rounds."""
+    import statistics
+
+    from tensorgym.baselines.vendor import measure_vendor
+
+    ours, ref, vendor = [], [], []
+    vendor_lib, skipped = "", ""
+    for _ in range(3):
+        ours += list(env.measurer.measure(env.workload, [best.config])[0].costs)
+        ref += list(env.measurer.measure(env.workload, [env.reference_config])[0].costs)
+        v = measure_vendor(env.workload, env.target, repeats=3, threads=args.threads or None)
+        vendor += v.runtimes
+        vendor_lib, skipped = v.library, v.skipped
+    t_best = statistics.median(ours) if ours else best.median
+    lines = [f"re-measured best: {env.workload.flops / t_best / 1e9:.2f} GFLOP/s"]
+    if ref:
+        lines.append(f"speedup over the starting (reference) schedule: "
+                     f"{statistics.median(ref) / t_best:.2f}x")
+    if vendor:
+        t_v = statistics.median(vendor)
+        lines.append(f"speedup over {vendor_lib}: {t_v / t_best:.2f}x "
+                     f"({env.workload.flops / t_v / 1e9:.2f} GFLOP/s)")
+    elif skipped:
+        lines.append(f"vendor library not measured: {skipped}")
+    return {"lines": lines}
 
 
 def _write_outputs(doc: Any, args: argparse.Namespace) -> None:

@@ -158,3 +158,19 @@ def test_feature_cache_featurizes_each_config_once():
     assert per_program([a, b]) == [{"index": 5}, {"index": 9}]
     with pytest.raises(ValueError):
         FeatureCache(lambda cs, mode: np.zeros((1, 3)), "config")([a, b])
+
+
+def test_feature_cache_overflow_keeps_every_requested_row():
+    import numpy as np
+
+    from tensorgym.agents.tuner import FeatureCache
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import matmul
+
+    space = space_for(matmul(16, 16, 16), "cpu")
+    cache = FeatureCache(lambda cs, mode: np.array([[c.index] for c in cs], float), "relation",
+                         max_entries=5)
+    first = space.sample(np.random.default_rng(0), 4)
+    cache(first)
+    both = first[:2] + space.sample(np.random.default_rng(1), 3)  # overflows: cache is cleared
+    assert [row[0] for row in cache(both)] == [c.index for c in both]

@@ -139,6 +139,7 @@ class TensorSchedEnv(gym.Env):
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None
+        self._obs_cache = None
 
         n_knobs = len(self.space.knobs)
         if action_mode == "config":
@@ -298,7 +299,10 @@ class TensorSchedEnv(gym.Env):
         return float(max(0.0, math.log(max(r.gflops, before) / before)))
 
     def _observe(self):
-        feats = self.featurize([self._last_config])[0]
+        cfg = self._last_config
+        if self._obs_cache is None or self._obs_cache[0] is not cfg:  # knob steps re-observe
+            self._obs_cache = (cfg, self.featurize([cfg])[0])
+        feats = self._obs_cache[1]
         part = np.zeros(len(self.space.knobs), np.float32)
         for i, c in enumerate(self._partial):
             part[i] = (c + 1) / self.space.knobs[i].size
