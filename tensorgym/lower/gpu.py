@@ -184,7 +184,9 @@ def _unroll(loops: Sequence[tuple[A.LoopVar, int, str]], body: A.Stmt, plan: Gpu
         for var, extent, _ in reversed(inner):
             body = A.seq(*(substitute(body, {var: A.IntImm(k)}) for k in range(extent)))
         return nest(loops[:split], body)
-    return nest(loops[:split] + [(v, e, "unrolled") for v, e, _ in inner], body)
+    # vthread loops keep their tag (the walker unrolls them anyway).
+    return nest(loops[:split] + [(v, e, "unrolled" if k == "serial" else k) for v, e, k in inner],
+                body)
 
 
 def substitute(node, mapping: Mapping[A.LoopVar, A.Expr]):

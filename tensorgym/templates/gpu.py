@@ -247,3 +247,25 @@ def check_gpu_config(workload: Workload, config: Config,
         raise InvalidConfigError(f"invalid GPU config for {workload.label} (config {config.index}): "
                                  + "; ".join(problems))
     return plan
+
+
+def sample_valid_configs(workload: Workload, n: int, rng, limits: "Mapping | None" = None,
+                         max_tries: int = 100_000) -> list[Config]:
+    """``n`` distinct uniformly drawn configs that pass :func:`check_gpu_config` (rejection
+    sampling: what a random-search tuner sees after the pre-build check)."""
+    space = gpu_space(workload)
+    out: list[Config] = []
+    seen: set[int] = set()
+    for _ in range(max_tries):
+        if len(out) == n:
+            break
+        c = space.sample(rng, 1)[0]
+        if c.index in seen:
+            continue
+        seen.add(c.index)
+        try:
+            check_gpu_config(workload, c, limits)
+        except InvalidConfigError:
+            continue
+        out.append(c)
+    return out

@@ -1,0 +1,74 @@
+"""The shared GPU lowering proved correct on a real OpenCL device (PoCL on this CPU is enough):
+random valid configs of conv2d and matmul, run through pyopencl and compared with NumPy."""
+import numpy as np
+import pytest
+
+from tensorgym.errors import TargetUnavailableError
+from tensorgym.lower.gpu import lower_gpu
+from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS, sample_valid_configs
+from tensorgym.workloads import conv2d, matmul
+
+pytestmark = pytest.mark.opencl
+
+# (workload, configs): 52 configs in all. CUDA-like limits so the same configs suit nvcc too.
+CASES = [(conv2d(1, 8, 10, 10, 16, 3, 1, 1), 18), (conv2d(1, 4, 9, 9, 8, 3, 2, 1), 16),
+         (matmul(32, 48, 16), 18)]
+# Most configs build without optimisation (PoCL's optimiser dominates the test's time); every
+# tenth one is built with full optimisation, as a tuner would.
+OPTIMISE_EVERY = 10
+
+
+def gpu_cases(seed: int = 0):
+    out = []
+    for w, n in CASES:
+        out += [(w, c) for c in sample_valid_configs(w, n, np.random.default_rng(seed),
+                                                     DEFAULT_GPU_LIMITS)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def runtimes():
+    from tensorgym.hardware.opencl import OpenCLRuntime
+
+    fast = OpenCLRuntime(build_options=("-cl-opt-disable",))
+    try:
+        fast.check_available()
+    except TargetUnavailableError as e:
+        pytest.skip(f"no OpenCL device: {e}")
+    return fast, OpenCLRuntime()
+
+
+CONFIGS = gpu_cases()
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)),
+                         ids=[f"{w.op}{w.params}-{c.index}" for w, c in CONFIGS])
+def test_random_config_matches_numpy(runtimes, i):
+    workload, config = CONFIGS[i]
+    runtime = runtimes[i % OPTIMISE_EVERY == 0]
+    program = lower_gpu(workload, config, DEFAULT_GPU_LIMITS)
+    kernel = runtime.load(runtime.compile(runtime.render(program), program), program)
+    inputs = workload.random_inputs(seed=i)
+    bufs = kernel.alloc(inputs)
+    seconds = kernel.time(bufs, 1)
+    out = kernel.read_output(bufs)
+    assert seconds > 0
+    np.testing.assert_allclose(out, workload.reference(inputs), rtol=1e-4,
+                               atol=1e-6 * workload.reduction_length)
+
+
+def test_build_error_is_a_labelled_compile_error(runtimes):
+    from tensorgym.hardware.opencl import OpenCLBuildError
+
+    workload, config = CONFIGS[0]
+    program = lower_gpu(workload, config, DEFAULT_GPU_LIMITS)
+    broken = runtimes[0].render(program).replace("barrier(", "no_such_function(", 1)
+    with pytest.raises(OpenCLBuildError, match="OpenCL build failed"):
+        runtimes[0].compile(broken, program)
+
+
+def test_device_limits_are_reported(runtimes):
+    limits = runtimes[0].limits()
+    assert limits["max_threads_per_block"] >= 1
+    assert len(limits["max_block_dims"]) == 3 and limits["max_shared_memory_per_block"] > 0
+    assert runtimes[0].device_name().startswith("opencl:")
