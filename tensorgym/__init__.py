@@ -1,0 +1,12 @@
+"""tensorgym: learning to optimize tensor programs, as Gymnasium environments with real
+measurements. ``import tensorgym`` registers the ``TensorSched-*`` environments."""
+from __future__ import annotations
+
+from . import envs  # noqa: F401  (registers the environments)
+from .errors import ErrorCode, InvalidConfigError, TargetUnavailableError, TensorGymError
+from .space import Config, ConfigSpace
+from .workloads import WORKLOADS, Workload, conv2d, get_workload, matmul
+
+__version__ = "0.1.0"
+__all__ = ["Config", "ConfigSpace", "ErrorCode", "InvalidConfigError", "TargetUnavailableError",
+           "TensorGymError", "WORKLOADS", "Workload", "conv2d", "get_workload", "matmul"]

@@ -69,7 +69,7 @@ _RUNTIMES = {
 }
 
 
-def get_runtime(target: str) -> Runtime:
+def get_runtime(target: str, **kwargs: Any) -> Runtime:
     """The runtime for a canonical target name; raises TargetUnavailableError if its Python
     package is missing."""
     from ..templates import canonical_target
@@ -82,4 +82,4 @@ def get_runtime(target: str) -> Runtime:
         raise TargetUnavailableError(
             f"target {target!r} needs a package that is not installed ({e}); "
             f"install tensorgym[{target}] or use target 'cpu'") from None
-    return getattr(mod, cls)()
+    return getattr(mod, cls)(**kwargs)

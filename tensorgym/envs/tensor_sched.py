@@ -1,0 +1,291 @@
+"""The tensor-program scheduling environment."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..errors import InvalidConfigError, TensorGymError
+from ..hardware.measure import Measurer, MeasureOptions
+from ..hardware.result import MeasureResult
+from ..records import Records
+from ..space import Config
+from ..templates import canonical_target, default_config, space_for
+from ..workloads import Workload, get_workload
+
+REWARDS = ("log_speedup", "best_improvement")
+ACTION_MODES = ("config", "knob")
+
+
+class TensorSchedEnv(gym.Env):
+    """
+    ## Description
+    Find a fast schedule for one tensor operator (``workload``) on one ``target``. Each trial
+    builds the program a schedule describes, checks it against NumPy and times it on this
+    machine's hardware; an episode is one tuning session with a budget of ``budget`` trials.
+    This is the problem of "Learning to Optimize Tensor Programs" (Chen et al., NeurIPS 2018).
+
+    ## Action Space
+    * ``action_mode="config"`` (default): ``MultiDiscrete(space.dims)``; one step proposes a whole
+      schedule (one option index per knob), which is built and measured.
+    * ``action_mode="knob"``: ``Discrete(max(space.dims))``; one step sets the next knob, and the
+      program is measured when the last knob is set. ``action_masks()`` gives the valid options
+      of the knob to set (for MaskablePPO); an option out of range is an invalid action.
+
+    ## Observation Space
+    ``Box`` of loop-AST features of the program just built (``obs_mode``: ``relation`` — the
+    paper's context-relation features, the default —, ``context`` or ``config``). They are pure
+    functions of the program, never of its measured time. In ``knob`` mode the observation also
+    carries the partial choices (``(choice + 1) / size``, 0 for a knob not set yet).
+    ``reset`` observes the reference schedule.
+
+    ## Rewards
+    * ``log_speedup`` (default): ``log(t_ref / t)``, with ``t_ref`` the time of the reference
+      schedule (``templates.default_config``), measured once per device and cached in the records
+      database.
+    * ``best_improvement``: increase of ``log`` best-so-far throughput, starting from the
+      reference; an episode's return is the log speedup of the best program found (0 if none
+      beats the reference).
+    A program that fails (invalid config, compile error, crash, hang, wrong result) gets
+    ``failure_reward`` (default -5 for ``log_speedup``, i.e. worse than 100x slower than the
+    reference; 0 for ``best_improvement``). An invalid action in ``knob`` mode gets
+    ``failure_reward`` too and sets nothing. Intermediate knob steps give 0.
+
+    ## Episode End
+    Terminates when ``budget`` trials have been measured. No truncation.
+
+    ## Arguments
+    ``workload`` (registered name, shape key, or ``Workload``), ``target`` (cpu/llvm, opencl,
+    cuda), ``budget`` (200), ``reward``, ``obs_mode``, ``action_mode``, ``records`` (path,
+    ``Records``, or ``None`` for the default database under the user cache dir; ``False`` keeps
+    nothing), ``use_cache`` (serve configs already in the database instead of re-measuring),
+    ``measure_options`` (``MeasureOptions``), ``measurer`` (share one between envs),
+    ``failure_reward``, ``num_threads`` (CPU threads of parallel loops; 0 = all cores).
+
+    ``env.unwrapped`` exposes ``space``, ``featurize(configs)``, ``measure(configs)``, ``history``,
+    ``best`` and ``reference_gflops`` for search agents.
+
+    ## Version History
+    * v0: first version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, workload: "str | Workload" = "conv2d-C6", target: str = "cpu",
+                 budget: int = 200, reward: str = "log_speedup", obs_mode: str = "relation",
+                 action_mode: str = "config", records: Any = None, use_cache: bool = False,
+                 measure_options: Optional[MeasureOptions] = None,
+                 measurer: Optional[Measurer] = None, failure_reward: Optional[float] = None,
+                 num_threads: int = 0, render_mode: Optional[str] = None) -> None:
+        from ..features import FEATURE_MODES, feature_length
+
+        self.workload = get_workload(workload)
+        self.target = canonical_target(target)
+        if reward not in REWARDS:
+            raise TensorGymError(f"unknown reward {reward!r}; use one of {REWARDS}")
+        if action_mode not in ACTION_MODES:
+            raise TensorGymError(f"unknown action_mode {action_mode!r}; use one of {ACTION_MODES}")
+        fixed = [m for m in FEATURE_MODES if m != "ast"]
+        if obs_mode not in fixed:
+            raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {fixed}")
+        if budget < 1:
+            raise TensorGymError(f"budget must be at least 1, got {budget}")
+        self.budget = int(budget)
+        self.reward_kind = reward
+        self.obs_mode = obs_mode
+        self.action_mode = action_mode
+        self.use_cache = use_cache
+        self.failure_reward = (failure_reward if failure_reward is not None
+                               else (-5.0 if reward == "log_speedup" else 0.0))
+        self.render_mode = render_mode
+        self.space = space_for(self.workload, self.target)
+        self.reference_config = default_config(self.workload, self.target)
+        if measurer is not None and measurer.target != self.target:
+            raise TensorGymError(f"measurer is for {measurer.target}, env for {self.target}")
+        self._measurer = measurer
+        self._own_measurer = measurer is None
+        self._measure_options = measure_options or MeasureOptions()
+        self._num_threads = num_threads
+        self.records = (None if records is False else
+                        records if isinstance(records, Records) else Records(records))
+        self._reference_seconds: Optional[float] = None
+
+        n_feat = feature_length(obs_mode)
+        n_knobs = len(self.space.knobs)
+        if action_mode == "config":
+            self.action_space = spaces.MultiDiscrete(np.array(self.space.dims, dtype=np.int64))
+            obs_len = n_feat
+        else:
+            self.action_space = spaces.Discrete(max(self.space.dims))
+            obs_len = n_feat + n_knobs
+        # Features are log-scaled magnitudes: non-negative and finite.
+        self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max, (obs_len,), np.float32)
+        self._reset_state()
+
+    # ---------------------------------------------------------------- public API for agents
+
+    @property
+    def measurer(self) -> Measurer:
+        if self._measurer is None:
+            self._measurer = Measurer(self.target, self._measure_options,
+                                      **({"num_threads": self._num_threads}
+                                         if self.target == "cpu" else {}))
+        return self._measurer
+
+    @property
+    def device(self) -> str:
+        return self.measurer.device
+
+    def featurize(self, configs: Sequence[Config], mode: Optional[str] = None):
+        from ..features import featurize
+
+        return featurize(self.workload, list(configs), mode or self.obs_mode)
+
+    def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
+        """Build and time ``configs``; every config counts as a trial and goes to the records."""
+        configs = list(configs)
+        for c in configs:
+            if c.space_name != self.space.name:
+                raise InvalidConfigError(f"config of space {c.space_name}, env is {self.space.name}")
+        results: list[Optional[MeasureResult]] = [None] * len(configs)
+        if self.use_cache and self.records is not None:
+            for i, c in enumerate(configs):
+                rec = self.records.lookup(self.workload.key, self.target, self.device, c.to_json())
+                if rec is not None:
+                    results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
+                                               self.workload.flops, rec.build_time, rec.run_time,
+                                               rec.timestamp, cached=True)
+        todo = [i for i, r in enumerate(results) if r is None]
+        if todo:
+            fresh = self.measurer.measure(self.workload, [configs[i] for i in todo])
+            if self.records is not None:
+                self.records.add_many(self.workload, self.target, self.device, fresh)
+            for i, r in zip(todo, fresh):
+                results[i] = r
+        for r in results:
+            self.history.append(r)
+            if r.ok and (self.best is None or r.gflops > self.best.gflops):
+                self.best = r
+        return results  # type: ignore[return-value]
+
+    @property
+    def trials(self) -> int:
+        return len(self.history)
+
+    @property
+    def reference_seconds(self) -> float:
+        if self._reference_seconds is None:
+            cfg_json = self.reference_config.to_json()
+            cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
+                      if self.records is not None else None)
+            if cached is None:
+                r = self.measurer.measure(self.workload, [self.reference_config])[0]
+                if not r.ok:
+                    raise TensorGymError(f"the reference schedule of {self.workload.label} failed "
+                                         f"on {self.target}: {r.error.name} {r.error_msg}")
+                cached = r.median
+                if self.records is not None:
+                    self.records.set_reference(self.workload.key, self.target, self.device,
+                                               cfg_json, cached)
+            self._reference_seconds = cached
+        return self._reference_seconds
+
+    @property
+    def reference_gflops(self) -> float:
+        return self.workload.flops / self.reference_seconds / 1e9
+
+    # ---------------------------------------------------------------- gymnasium API
+
+    def _reset_state(self) -> None:
+        self.history: list[MeasureResult] = []
+        self.best: Optional[MeasureResult] = None
+        self._partial: list[int] = []
+        self._last_config = self.reference_config
+        self._best_log = None
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self._reset_state()
+        return self._observe(), {"trials": 0, "space_size": self.space.size}
+
+    def step(self, action):
+        if self.trials >= self.budget:
+            raise TensorGymError("the trial budget is spent: call reset() to start a new session")
+        if self.action_mode == "knob":
+            return self._step_knob(action)
+        try:
+            config = self.space.from_choices(np.asarray(action).reshape(-1).tolist())
+        except (InvalidConfigError, ValueError, TypeError) as e:
+            raise InvalidConfigError(f"invalid action {action!r}: {e}") from None
+        return self._step_config(config)
+
+    def _step_config(self, config: Config):
+        best_before = self.best
+        result = self.measure([config])[0]
+        self._last_config = config
+        reward = self._reward(result, best_before)
+        terminated = self.trials >= self.budget
+        return self._observe(), reward, terminated, False, self._info(result)
+
+    def _step_knob(self, action):
+        k = len(self._partial)
+        a = int(np.asarray(action).reshape(-1)[0])
+        if not 0 <= a < self.space.knobs[k].size:
+            info = {"trials": self.trials, "error": "INVALID_ACTION",
+                    "error_msg": f"option {a} out of range for knob {self.space.knobs[k].name} "
+                                 f"({self.space.knobs[k].size} options)"}
+            return self._observe(), float(self.failure_reward), False, False, info
+        self._partial.append(a)
+        if len(self._partial) < len(self.space.knobs):
+            return self._observe(), 0.0, False, False, {"trials": self.trials}
+        config = self.space.from_choices(self._partial)
+        self._partial = []
+        return self._step_config(config)
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions of the next step (knob mode: the options of the knob to set)."""
+        if self.action_mode == "config":
+            return np.concatenate([np.ones(d, bool) for d in self.space.dims])
+        mask = np.zeros(self.action_space.n, bool)
+        mask[: self.space.knobs[len(self._partial)].size] = True
+        return mask
+
+    def _reward(self, r: MeasureResult, best_before: Optional[MeasureResult]) -> float:
+        if not r.ok:
+            return float(self.failure_reward)
+        if self.reward_kind == "log_speedup":
+            return float(math.log(self.reference_seconds / r.median))
+        before = max(best_before.gflops if best_before else 0.0, self.reference_gflops)
+        return float(max(0.0, math.log(max(r.gflops, before) / before)))
+
+    def _observe(self) -> np.ndarray:
+        feats = self.featurize([self._last_config])[0].astype(np.float32)
+        if self.action_mode == "knob":
+            part = np.zeros(len(self.space.knobs), np.float32)
+            for i, c in enumerate(self._partial):
+                part[i] = (c + 1) / self.space.knobs[i].size
+            feats = np.concatenate([feats, part])
+        return feats
+
+    def _info(self, r: MeasureResult) -> dict:
+        return {"runtime": r.median, "gflops": r.gflops, "config": r.config.to_json(),
+                "error": r.error.name, "error_msg": r.error_msg,
+                "best_gflops": self.best.gflops if self.best else 0.0,
+                "trials": self.trials, "cached": r.cached,
+                "build_time": r.build_time, "run_time": r.run_time}
+
+    def render(self):
+        if self.render_mode != "ansi":
+            return None
+        best = f"{self.best.gflops:.2f} GFLOP/s" if self.best else "none yet"
+        return (f"{self.workload.label} on {self.target}: {self.trials}/{self.budget} trials, "
+                f"best {best}")
+
+    def close(self) -> None:
+        if self._own_measurer and self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None
+        super().close()

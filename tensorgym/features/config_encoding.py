@@ -1,0 +1,54 @@
+"""The raw config encoding (the paper's "configuration space" features S).
+
+Each knob takes ``KNOB_WIDTH`` numbers: its choice normalised to [0, 1] (index / (size - 1)),
+then up to four option values as sign * log2(1 + |v|): the factors of a split knob, the value of
+a numeric knob, zeros for string knobs (reorder/annotate, identified by their index alone).
+Knobs keep the space's order and the vector is zero-padded to ``MAX_KNOBS`` knobs, so the length
+is the same for every space, but position p means different knobs in different spaces.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..space import Config, ConfigSpace
+
+MAX_KNOBS = 16
+MAX_VALUES = 4
+KNOB_WIDTH = 1 + MAX_VALUES
+N_CONFIG = MAX_KNOBS * KNOB_WIDTH
+
+
+def _scaled(v: Any) -> float:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return math.copysign(math.log2(1.0 + abs(v)), v)
+    return 0.0
+
+
+def encode_config(space: ConfigSpace, config: Config) -> np.ndarray:
+    if len(space.knobs) > MAX_KNOBS:
+        raise ValueError(f"space {space.name} has {len(space.knobs)} knobs; the config encoding "
+                         f"holds at most {MAX_KNOBS}")
+    if len(config.choices) != len(space.knobs) or config.space_name != space.name:
+        raise ValueError(f"config of {config.space_name} with {len(config.choices)} knobs does "
+                         f"not belong to space {space.name}")
+    out = np.zeros(N_CONFIG, dtype=np.float32)
+    for k, (knob, c) in enumerate(zip(space.knobs, config.choices)):
+        if not 0 <= c < knob.size:
+            raise ValueError(f"choice {c} out of range for knob {knob.name}; pass the space the "
+                             "config came from")
+        value = config.values[knob.name]
+        if knob.options[c] != value:
+            raise ValueError(f"knob {knob.name}: choice {c} is {knob.options[c]!r} in space "
+                             f"{space.name} but the config says {value!r}; pass the space the "
+                             "config came from")
+        base = k * KNOB_WIDTH
+        out[base] = c / (knob.size - 1) if knob.size > 1 else 0.0
+        values = value if isinstance(value, tuple) else (value,)
+        for t, v in enumerate(values[:MAX_VALUES]):
+            out[base + 1 + t] = _scaled(v)
+    return out

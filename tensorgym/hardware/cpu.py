@@ -1,0 +1,150 @@
+"""CPU runtime: LLVM IR from the loop AST, optimised and compiled to object code for the host
+CPU with llvmlite, loaded with MCJIT and called through ctypes. Parallel loops run on libgomp."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+from functools import lru_cache
+from typing import Any, Sequence
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from ..codegen.llvm import KERNEL_NAME, emit_llvm
+from ..errors import TargetUnavailableError
+from ..loopast import Program
+from .runtime import Kernel, Runtime
+
+
+@lru_cache(maxsize=None)
+def _init_llvm() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    gomp = ctypes.util.find_library("gomp")
+    if gomp is None:
+        raise TargetUnavailableError(
+            "libgomp (GCC's OpenMP runtime) was not found; parallel CPU kernels need it. "
+            "Install it (Debian: apt-get install libgomp1) or use target 'opencl'")
+    llvm.load_library_permanently(gomp)
+
+
+@lru_cache(maxsize=None)
+def _target_machine() -> llvm.TargetMachine:
+    _init_llvm()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, reloc="default", codemodel="jitdefault")
+
+
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """O3, except that LLVM's own loop vectorizer and unroller are off: the schedule decides
+    what is vectorized and unrolled (and they would multiply compile time)."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = False
+    pto.loop_unrolling = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# Freeing an MCJIT engine that holds an added object file crashes LLVM later on, so engines
+# are kept for the life of the process; the measurement worker restarts itself periodically.
+_LIVE_ENGINES: list = []
+
+
+class CPUKernel(Kernel):
+    def __init__(self, engine, address: int, program: Program) -> None:
+        self._engine = engine  # keeps the code alive
+        self.program = program
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(program.buffers))(address)
+
+    def alloc(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        n_in = len(self.program.args) - 1
+        if len(inputs) != n_in:
+            raise ValueError(f"kernel takes {n_in} inputs, got {len(inputs)}")
+        bufs = [np.ascontiguousarray(x, dtype=np.float32).copy() for x in inputs]
+        # NaN-filled, so an element the kernel forgets to write fails the check.
+        bufs += [np.full(b.shape, np.nan, np.float32) for b in self.program.buffers[n_in:]]
+        return bufs
+
+    def _ptrs(self, bufs: list[np.ndarray]) -> list[int]:
+        return [b.ctypes.data for b in bufs]
+
+    def time(self, bufs: list[np.ndarray], number: int) -> float:
+        import time
+
+        ptrs = self._ptrs(bufs)
+        fn = self._fn
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*ptrs)
+        return (time.perf_counter() - t0) / number
+
+    def read_output(self, bufs: list[np.ndarray]) -> np.ndarray:
+        return bufs[len(self.program.args) - 1]
+
+    _flush_buf: "np.ndarray | None" = None
+
+    def flush_cache(self) -> None:
+        if CPUKernel._flush_buf is None:
+            CPUKernel._flush_buf = np.zeros(64 << 20 >> 2, np.float32)  # 64 MiB > any LLC here
+        CPUKernel._flush_buf += 1.0
+
+
+class CPURuntime(Runtime):
+    target = "cpu"
+
+    def __init__(self, num_threads: int = 0) -> None:
+        self.num_threads = num_threads  # 0: libgomp's default (OMP_NUM_THREADS or all cores)
+
+    def check_available(self) -> None:
+        _init_llvm()
+
+    def device_name(self) -> str:
+        _init_llvm()
+        threads = self.num_threads or os.cpu_count()
+        return f"cpu/{llvm.get_host_cpu_name()}/{_cpu_model()}/{threads}t"
+
+    def render(self, program: Program) -> str:
+        return emit_llvm(program, self.num_threads)
+
+    def compile(self, source: str, program: Program) -> bytes:
+        tm = _target_machine()
+        mod = llvm.parse_assembly(source)
+        mod.triple = llvm.get_process_triple()
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+        _optimize(mod, tm)
+        return tm.emit_object(mod)
+
+    def load(self, binary: Any, program: Program) -> CPUKernel:
+        tm = _target_machine()
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        objfile = llvm.ObjectFileRef.from_data(binary)
+        engine.add_object_file(objfile)
+        engine.finalize_object()
+        address = engine.get_function_address(KERNEL_NAME)
+        if not address:
+            raise RuntimeError(f"{KERNEL_NAME} not found in the compiled object")
+        _LIVE_ENGINES.append((engine, objfile, binary))
+        return CPUKernel(engine, address, program)
+
+    def assembly(self, source: str) -> str:
+        """Host assembly of the optimised module, for people who read kernels."""
+        tm = _target_machine()
+        mod = llvm.parse_assembly(source)
+        _optimize(mod, tm)
+        return tm.emit_assembly(mod)

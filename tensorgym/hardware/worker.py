@@ -1,0 +1,88 @@
+"""The measurement worker: a separate process that loads kernels, checks them against NumPy
+and times them, so a segfault or a hang in generated code kills only this process.
+
+Protocol: the parent sends ``(workload, program, binary, options)`` and receives a dict with
+``costs``, ``error``, ``error_msg`` and ``run_time``.
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+import numpy as np
+
+from ..errors import ErrorCode
+
+
+def tolerance(workload) -> float:
+    """Allowed max |out - ref| / max |ref| for fp32 accumulation over the reduction."""
+    return max(1e-5, 1e-6 * workload.reduction_length)
+
+
+class Reference:
+    """Random inputs and the NumPy output, computed once per workload in the worker."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._cache: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+
+    def get(self, workload) -> tuple[list[np.ndarray], np.ndarray]:
+        if workload.key not in self._cache:
+            if len(self._cache) > 8:
+                self._cache.clear()
+            inputs = workload.random_inputs(self.seed)
+            self._cache[workload.key] = (inputs, workload.reference(inputs))
+        return self._cache[workload.key]
+
+
+def run_job(runtime, reference: Reference, workload, program, binary, opts) -> dict:
+    t0 = time.perf_counter()
+
+    def fail(code: ErrorCode, msg: str) -> dict:
+        return {"costs": (), "error": int(code), "error_msg": msg[-2000:],
+                "run_time": time.perf_counter() - t0}
+
+    try:
+        kernel = runtime.load(binary, program)
+    except Exception as e:  # noqa: BLE001 - any load failure is the kernel's fault
+        return fail(ErrorCode.COMPILE_DEVICE, f"load failed: {e!r}")
+    try:
+        inputs, expected = reference.get(workload)
+        bufs = kernel.alloc(inputs)
+        first = kernel.time(bufs, 1)  # warm-up; its output is the one checked
+        if opts.check:
+            out = np.asarray(kernel.read_output(bufs))
+            scale = float(np.abs(expected).max()) or 1.0
+            err = float(np.abs(out - expected).max()) / scale if out.shape == expected.shape \
+                else math.inf
+            if not err <= tolerance(workload):  # also catches NaN
+                return fail(ErrorCode.WRONG_ANSWER,
+                            f"max relative error {err:.3g} > {tolerance(workload):.3g}")
+        number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
+        costs = []
+        for _ in range(opts.repeat):
+            if opts.flush_cache:
+                kernel.flush_cache()
+            costs.append(kernel.time(bufs, number))
+    except Exception:  # noqa: BLE001
+        return fail(ErrorCode.RUNTIME_DEVICE, traceback.format_exc())
+    return {"costs": tuple(costs), "error": 0, "error_msg": "", "number": number,
+            "run_time": time.perf_counter() - t0}
+
+
+def worker_main(conn, target: str, runtime_kwargs: dict, seed: int) -> None:
+    """Entry point of the worker process."""
+    from .runtime import get_runtime
+
+    runtime = get_runtime(target, **runtime_kwargs)
+    reference = Reference(seed)
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        conn.send(run_job(runtime, reference, *job))

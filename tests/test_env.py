@@ -1,0 +1,147 @@
+import math
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import tensorgym
+from tensorgym.envs import env_ids
+from tensorgym.errors import InvalidConfigError, TargetUnavailableError, TensorGymError
+from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.workloads import matmul
+
+TINY = matmul(16, 16, 16)
+OPTS = MeasureOptions(repeat=2, min_repeat_ms=1)
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    m = Measurer("cpu", OPTS)
+    yield m
+    m.close()
+
+
+def make(measurer, **kw):
+    kw.setdefault("records", False)
+    return gym.make("TensorSched-v0", workload=TINY, target="cpu", measurer=measurer, **kw)
+
+
+def test_every_registered_id_constructs_without_measuring():
+    ids = env_ids()
+    assert "TensorSched-conv2d-C6-cpu" in ids and "TensorSched-matmul-1024-cuda" in ids
+    assert len(ids) == 13 * 4
+    for env_id in ids:
+        env = gym.make(env_id, records=False)
+        u = env.unwrapped
+        assert u.space.size > 1 and env.action_space.shape == (len(u.space.knobs),)
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        env.close()
+
+
+@pytest.mark.parametrize("action_mode", ["config", "knob"])
+def test_gymnasium_and_sb3_checkers(measurer, action_mode):
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    env = make(measurer, action_mode=action_mode, budget=1000)
+    assert env.spec.nondeterministic
+    check_env(env.unwrapped, skip_render_check=True)
+    sb3_check_env(env.unwrapped, warn=False)
+
+
+def test_config_mode_episode(measurer):
+    env = make(measurer, budget=3, reward="log_speedup")
+    obs, info = env.reset(seed=3)
+    total = 0
+    for t in range(3):
+        obs, r, term, trunc, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs)
+        assert info["trials"] == t + 1 and term == (t == 2) and not trunc
+        if info["error"] == "NO_ERROR":
+            assert math.isclose(r, math.log(env.unwrapped.reference_seconds / info["runtime"]))
+        total += 1
+    with pytest.raises(TensorGymError, match="budget"):
+        env.step(env.action_space.sample())
+    assert env.unwrapped.best is not None and info["best_gflops"] == env.unwrapped.best.gflops
+
+
+def test_best_improvement_return_is_log_speedup_of_best(measurer):
+    env = make(measurer, budget=4, reward="best_improvement")
+    env.reset(seed=1)
+    ret = sum(env.step(env.action_space.sample())[1] for _ in range(4))
+    u = env.unwrapped
+    assert math.isclose(ret, max(0.0, math.log(u.best.gflops / u.reference_gflops)), rel_tol=1e-9)
+
+
+def test_knob_mode_masks_and_invalid_actions(measurer):
+    env = make(measurer, action_mode="knob", budget=2)
+    env.reset(seed=0)
+    u = env.unwrapped
+    mask = u.action_masks()
+    assert mask.sum() == u.space.knobs[0].size
+    obs, r, term, _, info = env.step(u.space.knobs[0].size)  # out of range: penalised, nothing set
+    assert r == u.failure_reward and info["error"] == "INVALID_ACTION" and not term
+    for k in u.space.knobs[:-1]:
+        obs, r, term, _, info = env.step(0)
+        assert r == 0.0 and info["trials"] == 0
+    obs, r, term, _, info = env.step(0)
+    assert info["trials"] == 1 and "gflops" in info
+
+
+def test_reset_seed_makes_sampling_reproducible(measurer):
+    env = make(measurer)
+    env.reset(seed=42)
+    a = [env.action_space.sample() for _ in range(3)]
+    u = env.unwrapped
+    s1 = u.space.sample(u.np_random, 5)
+    env.reset(seed=42)
+    s2 = u.space.sample(u.np_random, 5)
+    assert s1 == s2 and len(a) == 3
+
+
+def test_batched_featurize_and_measure(measurer, tmp_path):
+    env = make(measurer, records=tmp_path / "db.sqlite", use_cache=True)
+    u = env.unwrapped
+    configs = u.space.sample(np.random.default_rng(0), 4)
+    X = u.featurize(configs)
+    assert X.shape == (4, env.observation_space.shape[0]) and np.isfinite(X).all()
+    first = u.measure(configs)
+    again = u.measure(configs[:2])
+    assert u.trials == 6 and all(r.cached for r in again) and not any(r.cached for r in first)
+    assert len(u.records) == 4
+    with pytest.raises(InvalidConfigError):
+        u.measure([tensorgym.templates.space_for(matmul(8, 8, 8), "cpu").get(0).__class__(
+            "conv2d/cpu", (0,), {}, 0)])
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(TensorGymError, match="unknown reward"):
+        gym.make("TensorSched-v0", workload=TINY, reward="speed", records=False)
+    with pytest.raises(TensorGymError, match="unknown target"):
+        gym.make("TensorSched-v0", workload=TINY, target="tpu", records=False)
+    with pytest.raises(KeyError, match="unknown workload"):
+        gym.make("TensorSched-v0", workload="conv2d-C42", records=False)
+
+
+def test_make_with_module_prefix_imports_tensorgym():
+    code = ("import gymnasium as gym; e = gym.make('tensorgym:TensorSched-conv2d-C6-cpu', "
+            "records=False); print(e.unwrapped.space.size)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) >= 10**6
+
+
+def test_cuda_env_constructs_and_fails_clearly_without_a_device():
+    try:
+        from tensorgym.hardware.runtime import get_runtime
+
+        get_runtime("cuda").check_available()
+        pytest.skip("a CUDA device is present")
+    except TargetUnavailableError:
+        pass
+    env = gym.make("TensorSched-conv2d-C6-cuda", records=False)
+    env.reset(seed=0)
+    with pytest.raises(TargetUnavailableError, match="CUDA"):
+        env.step(env.action_space.sample())

@@ -1,0 +1,410 @@
+"""Loop-AST features: fixed lengths, invariances, hand-checked values and error paths."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tensorgym import loopast as A
+from tensorgym.features import (CONTEXT_NAMES, FEATURE_MODES, NODE_TYPES, PROGRAM_NAMES,
+                                RELATION_PAIRS, THRESHOLDS, clear_cache, context_matrix, extract,
+                                feature_length, feature_names, featurize)
+from tensorgym.features.context import CTX, summarize
+from tensorgym.lower import lower
+from tensorgym.templates import space_for
+from tensorgym.workloads import WORKLOADS, conv2d, get_workload, matmul
+
+WORKLOAD_SPECS = ["conv2d-C6", "conv2d-C1", "conv2d:1,16,14,14,32,3,2,1", "matmul:64,32,16",
+                  "matmul-1024"]
+FIXED_MODES = ("relation", "context", "config")
+
+
+def _configs(workload, n=4, seed=0):
+    space = space_for(workload, "cpu")
+    return space.sample(np.random.default_rng(seed), n)
+
+
+def _log(x: float) -> float:
+    return math.log2(1.0 + x)
+
+
+def figure3_program(names=("y", "x", "k", "A", "B", "C")) -> A.Program:
+    """The paper's Figure 3a: C[y][x] = sum_k A[k][y] * B[k][x], all 8x8."""
+    y, x, k = (A.LoopVar(n) for n in names[:3])
+    a, b, c = (A.Buffer(n, (8, 8)) for n in names[3:])
+    update = A.Store(c, (y, x), A.BinOp("+", A.Load(c, (y, x)),
+                                        A.BinOp("*", A.Load(a, (k, y)), A.Load(b, (k, x)))))
+    body = A.For(y, 8, "serial", A.For(x, 8, "serial", A.seq(
+        A.Store(c, (y, x), A.FloatImm(0.0)), A.For(k, 8, "serial", update))))
+    return A.Program("mm", (a, b, c), (), body)
+
+
+# ---------------------------------------------------------------- renaming helper
+
+
+class _Renamer:
+    """Rebuild a program with every loop variable and buffer replaced by a fresh, renamed one."""
+
+    def __init__(self) -> None:
+        self.vars: dict = {}
+        self.bufs: dict = {}
+
+    def var(self, v: A.LoopVar) -> A.LoopVar:
+        if v not in self.vars:
+            self.vars[v] = A.LoopVar(f"renamed_{len(self.vars)}")
+        return self.vars[v]
+
+    def buf(self, b: A.Buffer) -> A.Buffer:
+        if b not in self.bufs:
+            # names sort in the reverse order of creation, so name-sorting would reorder slots
+            self.bufs[b] = A.Buffer(f"buf_{99 - len(self.bufs)}", b.shape, b.scope, b.dtype)
+        return self.bufs[b]
+
+    def expr(self, e):
+        if isinstance(e, A.LoopVar):
+            return self.var(e)
+        if isinstance(e, A.BinOp):
+            return A.BinOp(e.op, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, A.Select):
+            return A.Select(self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value))
+        if isinstance(e, A.Load):
+            return A.Load(self.buf(e.buffer), tuple(self.expr(i) for i in e.indices))
+        return e
+
+    def stmt(self, s):
+        if isinstance(s, A.For):
+            return A.For(self.var(s.var), s.extent, s.kind, self.stmt(s.body))
+        if isinstance(s, A.Seq):
+            return A.Seq(tuple(self.stmt(x) for x in s.stmts))
+        if isinstance(s, A.Store):
+            return A.Store(self.buf(s.buffer), tuple(self.expr(i) for i in s.indices),
+                           self.expr(s.value))
+        if isinstance(s, A.Allocate):
+            return A.Allocate(self.buf(s.buffer), self.stmt(s.body))
+        if isinstance(s, A.If):
+            return A.If(self.expr(s.cond), self.stmt(s.then))
+        return s
+
+    def program(self, p: A.Program) -> A.Program:
+        args = tuple(self.buf(b) for b in p.args)
+        return A.Program("renamed", args, tuple(self.buf(b) for b in p.workspaces),
+                         self.stmt(p.body), dict(p.launch))
+
+
+# ---------------------------------------------------------------- fixed lengths
+
+
+@pytest.mark.parametrize("spec", WORKLOAD_SPECS)
+def test_fixed_length_finite_rows_for_every_mode(spec):
+    w = get_workload(spec)
+    configs = _configs(w, n=3)
+    for mode in FIXED_MODES:
+        x = featurize(w, configs, mode)
+        assert x.dtype == np.float32
+        assert x.shape == (3, feature_length(mode)) == (3, len(feature_names(mode)))
+        assert np.isfinite(x).all()
+        assert (x >= 0).all() or mode == "config"
+    trees = featurize(w, configs, "ast")
+    assert len(trees) == 3
+    for t in trees:
+        assert t["node_features"].shape == (len(t["node_type"]), len(NODE_TYPES) + len(CONTEXT_NAMES))
+
+
+def test_relation_length_same_for_conv_and_matmul():
+    rows = [featurize(w, _configs(w, 1), "relation") for w in (WORKLOADS["conv2d-C6"],
+                                                              WORKLOADS["matmul-1024"])]
+    assert rows[0].shape == rows[1].shape
+    assert feature_length("relation") == len(RELATION_PAIRS) * len(THRESHOLDS) + len(PROGRAM_NAMES)
+
+
+def test_empty_batch():
+    w = WORKLOADS["matmul-1024"]
+    assert featurize(w, [], "relation").shape == (0, feature_length("relation"))
+    assert featurize(w, [], "ast") == []
+
+
+# ---------------------------------------------------------------- invariances and purity
+
+
+@pytest.mark.parametrize("spec", ["conv2d-C6", "matmul:64,32,16"])
+def test_renaming_loops_and_buffers_leaves_features_unchanged(spec):
+    w = get_workload(spec)
+    for config in _configs(w, n=3, seed=1):
+        program = lower(w, config)
+        renamed = _Renamer().program(program)
+        assert str(renamed) != str(program)
+        np.testing.assert_array_equal(context_matrix(program), context_matrix(renamed))
+        for mode in ("relation", "context"):
+            np.testing.assert_array_equal(extract(program, mode), extract(renamed, mode))
+        t0, t1 = extract(program, "ast"), extract(renamed, "ast")
+        assert t0.keys() == t1.keys()
+        for key in t0:
+            np.testing.assert_array_equal(t0[key], t1[key])
+
+
+def test_features_are_deterministic_and_cache_transparent():
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=5, seed=2)
+    clear_cache()
+    first = {m: featurize(w, configs, m) for m in FIXED_MODES}
+    second = {m: featurize(w, configs, m) for m in FIXED_MODES}  # served from the cache
+    clear_cache()
+    third = {m: featurize(w, configs, m) for m in FIXED_MODES}
+    for m in FIXED_MODES:
+        np.testing.assert_array_equal(first[m], second[m])
+        np.testing.assert_array_equal(first[m], third[m])
+    for c, row in zip(configs, first["relation"]):
+        np.testing.assert_array_equal(extract(lower(w, c), "relation"), row)
+
+
+def test_different_schedules_give_different_features():
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=30, seed=3)
+    for mode in FIXED_MODES:
+        x = featurize(w, configs, mode)
+        assert len(np.unique(x, axis=0)) >= 28, mode
+    # a change of one annotation knob alone is visible
+    space = space_for(w, "cpu")
+    base = configs[0]
+    for knob in ("vectorize", "parallel", "cache_write", "reorder"):
+        i = [k.name for k in space.knobs].index(knob)
+        other = list(base.choices)
+        other[i] = (other[i] + 1) % space.knobs[i].size
+        pair = featurize(w, [base, space.from_choices(other)], "relation")
+        assert not np.array_equal(pair[0], pair[1]), knob
+
+
+# ---------------------------------------------------------------- hand-checked values
+
+
+def test_figure3_context_vectors():
+    z = context_matrix(figure3_program())
+    col = {n: z[:, CTX[n]] for n in CONTEXT_NAMES}
+    np.testing.assert_allclose(col["extent"], [_log(8)] * 3)
+    np.testing.assert_array_equal(col["depth"], [0, 1, 2])
+    np.testing.assert_array_equal(col["height"], [2, 1, 0])
+    np.testing.assert_array_equal(col["innermost"], [0, 0, 1])
+    np.testing.assert_allclose(col["outer_iters"], [_log(1), _log(8), _log(64)], rtol=1e-6)
+    # touched memory below each loop, in elements as in Figure 3b, times 4 bytes;
+    # slots by role: A (input 0), B (input 1), C (output)
+    touched = {"slot0": [64, 8, 8], "slot1": [64, 64, 8], "slot2": [64, 8, 1]}
+    for slot, elems in touched.items():
+        np.testing.assert_allclose(col[f"{slot}_touched_bytes"], [_log(4 * e) for e in elems],
+                                   rtol=1e-6)
+    # strides in the flattened index: A[k][y] -> k*8 + y, B[k][x], C[y][x]
+    strides = {"slot0": [1, 0, 8], "slot1": [0, 1, 8], "slot2": [8, 1, 0]}
+    for slot, s in strides.items():
+        np.testing.assert_allclose(col[f"{slot}_stride"], [_log(v) for v in s], rtol=1e-6)
+    # accesses of B below y: 8*8*8 loads; of C below k: one load and one store per iteration
+    assert col["slot1_access_count"][0] == pytest.approx(_log(512))
+    assert col["slot2_access_count"][2] == pytest.approx(_log(16))
+    np.testing.assert_array_equal(col["slot2_write"], [1, 1, 1])
+    np.testing.assert_array_equal(col["slot0_write"], [0, 0, 0])
+
+
+def test_figure3_relation_feature():
+    row = extract(figure3_program(), "relation")
+    n_t = len(THRESHOLDS)
+    p = RELATION_PAIRS.index(("slot1_access_count", "slot1_touched_bytes"))
+    r = row[p * n_t:(p + 1) * n_t]
+    # B's touched bytes per loop: y 256, x 256, k 32 -> log2(257), log2(257), log2(33)
+    for t, beta in enumerate(THRESHOLDS):
+        if beta <= _log(32):
+            expected = 0.0  # no loop's footprint is below the threshold
+        elif beta <= _log(256):
+            expected = _log(8)  # only k: 8 accesses of B
+        else:
+            expected = _log(512)  # y: all 512
+        assert r[t] == pytest.approx(expected, rel=1e-6), beta
+
+
+def test_figure3_program_figures():
+    g = dict(zip(PROGRAM_NAMES, extract(figure3_program(), "relation")[-len(PROGRAM_NAMES):]))
+    assert g["flops"] == pytest.approx(_log(2 * 8 ** 3))
+    assert g["stores"] == pytest.approx(_log(64 + 512))
+    assert g["loads"] == pytest.approx(_log(3 * 512))
+    assert g["n_loops"] == pytest.approx(_log(3))
+    assert g["max_depth"] == 3
+    assert g["global_bytes"] == pytest.approx(_log(3 * 64 * 4))
+
+
+def test_flops_match_the_workload():
+    for w in (WORKLOADS["conv2d-C6"], matmul(64, 32, 16)):
+        for c in _configs(w, n=2, seed=4):
+            g = dict(zip(PROGRAM_NAMES, summarize(lower(w, c)).program))
+            assert g["flops"] == pytest.approx(_log(w.flops), rel=1e-6)
+
+
+def _brute_force(program: A.Program):
+    """For each (loop, buffer): the exact set of flat elements touched below the loop with the
+    loops above it at 0, and the largest |coefficient| via ``loopast.linear_coeff``."""
+    touched: dict = {}
+    stride: dict = {}
+
+    def visit(s, chain):
+        if isinstance(s, A.For):
+            visit(s.body, chain + [s])
+        elif isinstance(s, A.Seq):
+            for x in s.stmts:
+                visit(x, chain)
+        elif isinstance(s, A.Allocate):
+            visit(s.body, chain)
+        elif isinstance(s, A.Store):
+            accesses = [(s.buffer, s.indices)] + [(n.buffer, n.indices) for n in A.walk(s.value)
+                                                   if isinstance(n, A.Load)]
+            for buf, idx in accesses:
+                flat = A.flat_index(buf, idx)
+                for pos, lp in enumerate(chain):
+                    c = A.linear_coeff(flat, lp.var)
+                    key = (id(lp), buf)
+                    stride[key] = max(stride.get(key, 0), abs(c))
+                    inner = chain[pos:]
+                    for values in itertools.product(*(range(x.extent) for x in inner)):
+                        env = {x.var: v for x, v in zip(inner, values)}
+                        touched.setdefault(key, set()).add(_eval(flat, env))
+
+    visit(program.body, [])
+    return touched, stride
+
+
+def _eval(e, env):
+    if isinstance(e, A.IntImm):
+        return e.value
+    if isinstance(e, A.LoopVar):
+        return env.get(e, 0)
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+           "//": lambda a, b: a // b, "%": lambda a, b: a % b}
+    return ops[e.op](_eval(e.a, env), _eval(e.b, env))
+
+
+@pytest.mark.parametrize("workload", [matmul(8, 12, 6), conv2d(1, 2, 6, 6, 3, 3, 2, 0)])
+def test_touched_memory_and_stride_against_brute_force(workload):
+    """Affine programs (no fused parallel loop): touched memory is exact for these nests and
+    the stride is the coefficient ``linear_coeff`` finds."""
+    space = space_for(workload, "cpu")
+    for c in space.sample(np.random.default_rng(5), 6):
+        values = dict(c.values, parallel=0)
+        program = lower(workload, space.from_values(values))
+        summary = summarize(program)
+        touched, stride = _brute_force(program)
+        loops = [n for n in A.walk(program.body) if isinstance(n, A.For)]
+        slots = {b: s for s, b in enumerate(program.args[:2])}
+        slots[program.args[2]] = 2
+        for (loop_id, buf), elements in touched.items():
+            if buf not in slots:
+                continue  # local accumulator slots are checked by the Figure 3 test's logic
+            k = next(i for i, lp in enumerate(loops) if id(lp) == loop_id)
+            got = summary.context[k, CTX[f"slot{slots[buf]}_touched_bytes"]]
+            assert got == pytest.approx(_log(4 * len(elements)), rel=1e-6), (k, buf)
+            got = summary.context[k, CTX[f"slot{slots[buf]}_stride"]]
+            assert got == pytest.approx(_log(stride[(loop_id, buf)]), rel=1e-6), (k, buf)
+
+
+# ---------------------------------------------------------------- GPU-shaped programs
+
+
+def _gpu_like_program(kind_names=("blockIdx.x", "threadIdx.x", "vthread")) -> A.Program:
+    """out[b*16 + t] = sum_j shared[t, j]; shared filled from global with a barrier."""
+    src = A.Buffer("src", (64, 8))
+    out = A.Buffer("out", (64,))
+    sh = A.Buffer("sh", (16, 8), "shared")
+    b, t, v, j = (A.LoopVar(n) for n in ("b", "t", "v", "j"))
+    row = A.add(A.mul(b, 16), t)
+    fill = A.For(j, 8, "serial", A.Store(sh, (t, j), A.Load(src, (row, j))))
+    j2 = A.LoopVar("j2")
+    acc = A.For(j2, 8, "unrolled", A.Store(out, (row,), A.BinOp(
+        "+", A.Load(out, (row,)), A.Load(sh, (t, j2)))))
+    body = A.For(b, 4, kind_names[0], A.Allocate(sh, A.For(t, 16, kind_names[1], A.For(
+        v, 1, kind_names[2], A.seq(fill, A.Barrier(), acc)))))
+    return A.Program("gpu_like", (src, out), (), body, {"grid": (4, 1, 1), "block": (16, 1, 1)})
+
+
+def test_gpu_loops_shared_buffers_and_barriers():
+    s = summarize(_gpu_like_program())
+    z = s.context
+    assert z[0, CTX["kind_blockIdx"]] == 1 and z[1, CTX["kind_threadIdx"]] == 1
+    assert z[2, CTX["kind_vthread"]] == 1 and z[4, CTX["kind_unrolled"]] == 1
+    # the shared buffer takes the first shared slot (6); below the thread loop it holds 16x8
+    assert z[1, CTX["slot6_touched_bytes"]] == pytest.approx(_log(16 * 8 * 4))
+    assert z[1, CTX["slot6_write"]] == 1 and z[1, CTX["slot6_read"]] == 1
+    g = dict(zip(PROGRAM_NAMES, s.program))
+    assert g["barriers"] == pytest.approx(_log(4 * 16))
+    assert g["shared_bytes"] == pytest.approx(_log(16 * 8 * 4))
+    assert g["parallel_iters"] == pytest.approx(_log(4))
+    assert g["threads"] == pytest.approx(_log(16))
+    tree = extract(_gpu_like_program(), "ast")
+    assert NODE_TYPES[tree["node_type"][0]] == "For"
+    assert "Barrier" in [NODE_TYPES[t] for t in tree["node_type"]]
+
+
+# ---------------------------------------------------------------- AST arrays
+
+
+def test_ast_arrays_layout():
+    w = WORKLOADS["conv2d-C6"]
+    config = _configs(w, n=1, seed=6)[0]
+    program = lower(w, config)
+    tree = featurize(w, [config], "ast")[0]
+    n = len(tree["node_type"])
+    assert tree["parent"][0] == -1 and (tree["parent"][1:] < np.arange(1, n)).all()
+    assert tree["child_ptr"][-1] == len(tree["child_idx"]) == n - 1
+    for v in range(n):
+        for c in tree["child_idx"][tree["child_ptr"][v]:tree["child_ptr"][v + 1]]:
+            assert tree["parent"][c] == v and tree["depth"][c] >= tree["depth"][v]
+    loops = tree["loop_index"] >= 0
+    assert (tree["node_type"][loops] == NODE_TYPES.index("For")).all()
+    np.testing.assert_array_equal(tree["loop_index"][loops], np.arange(loops.sum()))
+    np.testing.assert_array_equal(tree["context"], context_matrix(program))
+    np.testing.assert_array_equal(tree["node_features"][loops, len(NODE_TYPES):], tree["context"])
+    n_for = sum(isinstance(x, A.For) for x in A.walk(program.body))
+    assert loops.sum() == n_for == tree["context"].shape[0]
+
+
+# ---------------------------------------------------------------- config encoding
+
+
+def test_config_encoding_values():
+    w = matmul(64, 32, 16)
+    space = space_for(w, "cpu")
+    config = space.get(0)
+    row = featurize(w, [config], "config")[0]
+    first = space.knobs[0]
+    assert row[0] == 0.0  # choice 0 of a many-option knob
+    np.testing.assert_allclose(row[1:4], [_log(f) for f in first.options[0]], rtol=1e-6)
+    last = space.from_choices([k.size - 1 for k in space.knobs])
+    row = featurize(w, [last], "config")[0]
+    assert all(row[5 * k] == 1.0 for k, knob in enumerate(space.knobs) if knob.size > 1)
+    assert not row[5 * len(space.knobs):].any()  # padding
+    # a config of another space with the same name but other options is refused
+    w = matmul(48, 32, 16)
+    pow2 = space_for(w, "cpu", split_policy="pow2")
+    odd = next(c for c in space_for(w, "cpu").sample(np.random.default_rng(7), 50)
+               if c.values["tile_i"] not in pow2.knob("tile_i").options
+               and c.choices[0] < pow2.knobs[0].size)
+    with pytest.raises(ValueError, match="pass the space"):
+        featurize(w, [odd], "config", space=pow2)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_errors_are_clear():
+    w = WORKLOADS["matmul-1024"]
+    configs = _configs(w, 1)
+    with pytest.raises(ValueError, match="unknown feature mode"):
+        featurize(w, configs, "bogus")
+    with pytest.raises(ValueError, match="unknown feature mode"):
+        feature_length("bogus")
+    with pytest.raises(ValueError, match="not fixed-length"):
+        feature_length("ast")
+    with pytest.raises(ValueError, match="does not fit"):
+        featurize(WORKLOADS["conv2d-C6"], configs)
+    with pytest.raises(TypeError, match="expected a Config"):
+        featurize(w, [0])
+    with pytest.raises(ValueError, match="encodes a config"):
+        extract(figure3_program(), "config")
+    with pytest.raises(ValueError, match="unknown loop kind"):
+        context_matrix(_gpu_like_program(("blockIdx.x", "warp", "vthread")))
+    assert set(FEATURE_MODES) == {"relation", "context", "config", "ast"}

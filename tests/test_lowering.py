@@ -1,0 +1,57 @@
+import numpy as np
+
+from tensorgym import loopast as A
+from tensorgym.lower import lower
+from tensorgym.templates import space_for
+from tensorgym.workloads import get_workload, matmul
+
+
+def test_lowering_is_pure_and_printable():
+    w = get_workload("conv2d-C6")
+    space = space_for(w, "cpu")
+    c = space.sample(np.random.default_rng(0), 1)[0]
+    a, b = str(lower(w, c)), str(lower(w, c))
+    assert a == b
+    assert a.startswith("def conv2d_kernel(data[1, 128, 28, 28], weight[128, 128, 3, 3]")
+    assert "for " in a and "conv[" in a
+
+
+def test_loop_extents_cover_the_iteration_space():
+    """The product of the extents of the loops around the update is the full iteration space."""
+    w = matmul(24, 36, 12)
+    space = space_for(w, "cpu")
+    for c in space.sample(np.random.default_rng(1), 30):
+        p = lower(w, c)
+
+        def visit(s, prod):
+            if isinstance(s, A.For):
+                yield from visit(s.body, prod * s.extent)
+            elif isinstance(s, (A.Seq,)):
+                for x in s.stmts:
+                    yield from visit(x, prod)
+            elif isinstance(s, A.Allocate):
+                yield from visit(s.body, prod)
+            elif isinstance(s, A.Store) and isinstance(s.value, A.BinOp):
+                yield prod
+
+        assert list(visit(p.body, 1)) == [24 * 36 * 12], c
+
+
+def test_cache_write_allocates_local_accumulator():
+    w = matmul(32, 32, 32)
+    space = space_for(w, "cpu")
+    base = space.sample(np.random.default_rng(2), 1)[0].values
+    with_acc = lower(w, space.from_values(dict(base, cache_write=1)))
+    without = lower(w, space.from_values(dict(base, cache_write=0)))
+    local = [n for n in A.walk(with_acc.body) if isinstance(n, A.Allocate)]
+    assert local and local[0].buffer.scope == "local"
+    assert not [n for n in A.walk(without.body) if isinstance(n, A.Allocate)]
+
+
+def test_padding_stage_is_inlined_or_materialised():
+    w = get_workload("conv2d-C6")
+    space = space_for(w, "cpu")
+    base = space.get(0).values
+    assert lower(w, space.from_values(dict(base, inline_pad=1))).workspaces == ()
+    ws = lower(w, space.from_values(dict(base, inline_pad=0))).workspaces
+    assert [b.shape for b in ws] == [(1, 128, 30, 30)]

@@ -1,0 +1,72 @@
+"""The measurement path: isolation from crashing/hanging kernels, wrong answers, the protocol."""
+import numpy as np
+import pytest
+
+from tensorgym import loopast as A
+from tensorgym.errors import ErrorCode
+from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.templates import default_config, space_for
+from tensorgym.workloads import matmul
+
+W = matmul(8, 8, 8)
+
+
+def _program(body_fn):
+    a, b, c = (A.Buffer(n, (8, 8)) for n in "ABC")
+    return A.Program("injected", (a, b, c), (), body_fn(a, b, c))
+
+
+def segfault(a, b, c):
+    return A.Store(c, (A.IntImm(1 << 40), A.IntImm(0)), A.FloatImm(1.0))
+
+
+def hang(a, b, c):
+    i = A.LoopVar("i")
+    row = A.BinOp("%", i, A.IntImm(8))
+    return A.For(i, 10**15, "serial",
+                 A.Store(c, (row, A.IntImm(0)),
+                         A.BinOp("+", A.Load(c, (row, A.IntImm(0))), A.Load(a, (row, A.IntImm(1))))))
+
+
+def zeros(a, b, c):
+    i, j = A.LoopVar("i"), A.LoopVar("j")
+    return A.For(i, 8, "serial", A.For(j, 8, "serial", A.Store(c, (i, j), A.FloatImm(0.0))))
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    m = Measurer("cpu", MeasureOptions(timeout=3.0, repeat=2, min_repeat_ms=1))
+    yield m
+    m.close()
+
+
+def test_crash_hang_and_wrong_answer_do_not_take_down_the_caller(measurer):
+    cfg = default_config(W, "cpu")
+    ok = measurer.measure(W, [cfg])[0]
+    assert ok.ok and ok.gflops > 0 and len(ok.costs) == 2
+
+    crash = measurer.run_program(W, _program(segfault), cfg)
+    assert crash.error == ErrorCode.RUNTIME_DEVICE and "died" in crash.error_msg
+    assert measurer.measure(W, [cfg])[0].ok  # a fresh worker took over
+
+    hung = measurer.run_program(W, _program(hang), cfg)
+    assert hung.error == ErrorCode.RUN_TIMEOUT
+    assert measurer.measure(W, [cfg])[0].ok
+
+    wrong = measurer.run_program(W, _program(zeros), cfg)
+    assert wrong.error == ErrorCode.WRONG_ANSWER and wrong.gflops == 0 and not wrong.ok
+    assert wrong.median == float("inf")
+
+
+def test_parallel_builds_measure_a_batch(measurer):
+    space = space_for(W, "cpu")
+    configs = space.sample(np.random.default_rng(0), 6)
+    results = measurer.measure(W, configs)
+    assert [r.config for r in results] == configs
+    assert all(r.ok for r in results), [r.error_msg for r in results if not r.ok]
+    assert all(r.build_time > 0 and r.run_time > 0 for r in results)
+    assert all(r.flops == W.flops for r in results)
+
+
+def test_device_fingerprint(measurer):
+    assert measurer.device.startswith("cpu/")

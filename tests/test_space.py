@@ -1,0 +1,87 @@
+import json
+
+import numpy as np
+import pytest
+
+from tensorgym.errors import InvalidConfigError
+from tensorgym.space import factorizations
+from tensorgym.templates import default_config, space_for
+from tensorgym.workloads import WORKLOADS, get_workload
+
+from .conftest import SMALL_WORKLOADS
+
+
+def test_factorizations_are_ordered_and_complete():
+    f = factorizations(12, 3)
+    assert all(a * b * c == 12 for a, b, c in f)
+    assert len(f) == len(set(f)) == 18  # 12 = 2^2 * 3: C(4,2) * C(3,2)
+    pow2 = factorizations(12, 3, "pow2")
+    assert all((b & (b - 1)) == 0 and (c & (c - 1)) == 0 for _, b, c in pow2)
+    assert set(pow2) < set(f)
+
+
+def test_c6_cpu_space_is_large():
+    space = space_for(get_workload("conv2d-C6"), "cpu")
+    assert space.size >= 10**6
+    assert "ConfigSpace conv2d/cpu" in str(space)
+
+
+@pytest.mark.parametrize("w", SMALL_WORKLOADS + [WORKLOADS["conv2d-C6"]], ids=lambda w: w.key)
+def test_index_config_round_trip(w, rng):
+    space = space_for(w, "cpu")
+    for c in space.sample(rng, 50):
+        assert space.get(c.index) == c
+        assert space.from_choices(c.choices).index == c.index
+        assert space.from_json(c.to_json()) == c
+        assert space.from_json(json.loads(c.to_json())) == c
+    assert space.get(0).index == 0 and space.get(space.size - 1).index == space.size - 1
+
+
+def test_json_stores_values_not_indices():
+    space = space_for(get_workload("conv2d-C6"), "cpu")
+    c = space.get(123456)
+    obj = json.loads(c.to_json())
+    assert obj["space"] == "conv2d/cpu"
+    assert obj["knobs"]["tile_oc"] == list(c["tile_oc"])
+    assert list(obj["knobs"]) == sorted(obj["knobs"])  # stable text
+
+
+def test_sampling_is_seeded(rng):
+    space = space_for(get_workload("conv2d-C6"), "cpu")
+    a = space.sample(np.random.default_rng(7), 20)
+    b = space.sample(np.random.default_rng(7), 20)
+    assert a == b
+    u = space.sample_unique(rng, 100)
+    assert len({c.index for c in u}) == 100
+
+
+def test_neighbors_differ_in_one_knob(rng):
+    space = space_for(get_workload("matmul-1024"), "cpu")
+    c = space.sample(rng, 1)[0]
+    nbrs = list(space.neighbors(c))
+    assert len(nbrs) == sum(d - 1 for d in space.dims)
+    for n in nbrs:
+        assert sum(a != b for a, b in zip(n.choices, c.choices)) == 1
+    r = space.random_neighbor(c, rng)
+    assert sum(a != b for a, b in zip(r.choices, c.choices)) == 1
+
+
+def test_bad_configs_raise_clear_errors():
+    space = space_for(get_workload("matmul-1024"), "cpu")
+    with pytest.raises(InvalidConfigError, match="out of range"):
+        space.get(space.size)
+    with pytest.raises(InvalidConfigError, match="choices"):
+        space.from_choices([0])
+    with pytest.raises(InvalidConfigError, match="malformed"):
+        space.from_json("{not json")
+    with pytest.raises(InvalidConfigError, match="not an option"):
+        bad = dict(space.get(0).values, tile_i=(3, 3, 3))
+        space.from_values(bad)
+    with pytest.raises(InvalidConfigError, match="space"):
+        space.from_json(json.dumps({"space": "conv2d/cpu", "knobs": {}}))
+
+
+def test_default_config_is_in_space():
+    for name, w in WORKLOADS.items():
+        c = default_config(w, "cpu")
+        assert c.space_name == f"{w.op}/cpu", name
