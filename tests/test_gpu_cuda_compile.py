@@ -13,7 +13,7 @@ from tensorgym.hardware.cuda import CUDARuntime, find_nvcc
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS
 
-from test_gpu_opencl import CONFIGS
+from .test_gpu_opencl import CONFIGS
 
 NVCC = find_nvcc()
 ARCH = "sm_80"

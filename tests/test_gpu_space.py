@@ -93,7 +93,8 @@ def test_invalid_configs_are_rejected_before_building(over, message):
     with pytest.raises(InvalidConfigError, match=message):
         check_gpu_config(C6, config, DEFAULT_GPU_LIMITS)
     with pytest.raises(InvalidConfigError, match=message):
-        lower(C6, config)
+        lower_gpu(C6, config, DEFAULT_GPU_LIMITS)
+    lower(C6, config)  # lowering itself does not know the device: the measurer checks first
 
 
 def test_block_dimension_limit_and_missing_limits():
@@ -162,3 +163,13 @@ def test_sample_valid_configs_is_deterministic():
     a = sample_valid_configs(C6, 10, np.random.default_rng(3))
     b = sample_valid_configs(C6, 10, np.random.default_rng(3))
     assert [c.index for c in a] == [c.index for c in b] and len({c.index for c in a}) == 10
+
+
+@pytest.mark.parametrize("name", ["conv2d-C1", "conv2d-C6", "conv2d-C12", "matmul-1024"])
+def test_default_config_is_valid(name):
+    from tensorgym.templates import default_config
+
+    w = get_workload(name)
+    config = default_config(w, "cuda")
+    plan = check_gpu_config(w, config, DEFAULT_GPU_LIMITS)
+    assert 1 < plan.threads_per_block <= 128 and plan.accumulator_size == 1

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from .. import loopast as A
 from .. import te
 from ..space import Config
-from ..templates.gpu import GpuPlan, check_gpu_config, operands
+from ..templates.gpu import GpuPlan, check_gpu_config, gpu_plan, operands
 from ..workloads import Workload
 from .common import buffer_of, make_loader, nest
 
@@ -30,9 +30,9 @@ _DIMS = "xyz"
 
 
 def lower_gpu(workload: Workload, config: Config, limits: "Mapping | None" = None) -> A.Program:
-    """The loop AST of ``config``; raises InvalidConfigError if it breaks ``limits`` (default:
-    a typical CUDA device)."""
-    plan = check_gpu_config(workload, config, limits)
+    """The loop AST of ``config``. With ``limits`` (a runtime's ``limits()``), raises
+    InvalidConfigError if the config breaks them; without, the caller has checked them."""
+    plan = gpu_plan(workload, config) if limits is None else check_gpu_config(workload, config, limits)
     out = workload.output
     producers = [t for t in te.input_tensors(out) if isinstance(t.op, te.ComputeOp)]
     buffers = {t: buffer_of(t) for t in [*workload.inputs, out]}

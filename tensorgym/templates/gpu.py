@@ -269,3 +269,27 @@ def sample_valid_configs(workload: Workload, n: int, rng, limits: "Mapping | Non
             continue
         out.append(c)
     return out
+
+
+def default_gpu_values(workload: Workload) -> dict:
+    """A plain hand-written GPU schedule, the reference rewards are measured against: one
+    output per thread, up to 16 x 8 threads over the two innermost output axes, the channel
+    (or k) reduction staged through shared memory 8 (16) at a time, no unrolling."""
+    space = gpu_space(workload)
+    op = workload.output.op
+    thread_caps = {ax: cap for ax, cap in zip(reversed(op.axes), (16, 8))}
+    values = {}
+    for ax in op.axes:
+        if ax.extent > 1:
+            t = max(d for d in range(1, thread_caps.get(ax, 1) + 1) if ax.extent % d == 0)
+            values[f"tile_{ax.name}"] = (ax.extent // t, 1, t, 1)
+    levels = REDUCE_LEVELS[workload.op]
+    for i, ax in enumerate(op.reduce_axes):
+        if ax.extent > 1:
+            cap = (8 if levels == 2 else 16) if i == 0 else ax.extent
+            r = max(d for d in range(1, cap + 1) if ax.extent % d == 0)
+            values[f"tile_{ax.name}"] = (ax.extent // r,) + (1,) * (levels - 2) + (r,)
+    values.update(auto_unroll_max_step=0, unroll_explicit=0)
+    if "vec_load" in {k.name for k in space.knobs}:
+        values["vec_load"] = 1
+    return values
