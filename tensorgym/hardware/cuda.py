@@ -248,5 +248,12 @@ class CUDAKernel(Kernel):
         return out
 
     def free(self, bufs: list) -> None:
+        """Release the buffers of :meth:`alloc` (a long search loads hundreds of kernels)."""
         for b in bufs:
             self.driver.cuMemFree(b)
+
+    def close(self) -> None:
+        """Unload the module and its events."""
+        for ev in (self.start, self.end):
+            self.driver.cuEventDestroy(ev)
+        self.driver.cuModuleUnload(self.module)

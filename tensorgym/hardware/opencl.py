@@ -171,3 +171,11 @@ class OpenCLKernel(Kernel):
         out = np.empty(self.program.args[-1].shape, np.float32)
         self.cl.enqueue_copy(self.queue, out, bufs[len(self.program.args) - 1])
         return out
+
+    def free(self, bufs: list) -> None:
+        """Release the buffers of :meth:`alloc`."""
+        for b in bufs:
+            b.release()
+
+    def close(self) -> None:
+        self.queue.finish()
