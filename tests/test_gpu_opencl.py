@@ -5,14 +5,18 @@ import pytest
 
 from tensorgym.errors import TargetUnavailableError
 from tensorgym.lower.gpu import lower_gpu
+from tensorgym.templates import space_for
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS, sample_valid_configs
 from tensorgym.workloads import conv2d, matmul
 
 pytestmark = pytest.mark.opencl
 
-# (workload, configs): 52 configs in all. CUDA-like limits so the same configs suit nvcc too.
-CASES = [(conv2d(1, 8, 10, 10, 16, 3, 1, 1), 18), (conv2d(1, 4, 9, 9, 8, 3, 2, 1), 16),
-         (matmul(32, 48, 16), 18)]
+# (workload, configs): 50 random configs, plus 2 fixed ones below. CUDA-like limits so the same configs suit nvcc too.
+# Beside the three main shapes: a batch of 2 (four bound axes, fused into blockIdx.z), odd
+# matmul extents, and a 1x1 conv without padding (vector loads of the input).
+CASES = [(conv2d(1, 8, 10, 10, 16, 3, 1, 1), 14), (conv2d(1, 4, 9, 9, 8, 3, 2, 1), 12),
+         (matmul(32, 48, 16), 14), (conv2d(2, 4, 6, 6, 8, 3, 1, 1), 4), (matmul(17, 9, 13), 4),
+         (conv2d(1, 6, 8, 8, 4, 1, 1, 0), 2)]
 # Most configs build without optimisation (PoCL's optimiser dominates the test's time); every
 # tenth one is built with full optimisation, as a tuner would.
 OPTIMISE_EVERY = 10
@@ -38,7 +42,20 @@ def runtimes():
     return fast, OpenCLRuntime()
 
 
-CONFIGS = gpu_cases()
+def fused_axis_cases():
+    """Batch 2: four output axes bound to three block (then thread) dimensions."""
+    w = conv2d(2, 4, 6, 6, 8, 3, 1, 1)
+    space = space_for(w, "opencl")
+    base = {"tile_rc": (2, 2), "tile_ry": (1, 3), "tile_rx": (3, 1), "auto_unroll_max_step": 16,
+            "unroll_explicit": 0}
+    blocks = {"tile_n": (2, 1, 1, 1), "tile_oc": (2, 1, 2, 2), "tile_oh": (3, 1, 2, 1),
+              "tile_ow": (2, 1, 3, 1)}
+    threads = {"tile_n": (1, 1, 2, 1), "tile_oc": (2, 2, 2, 1), "tile_oh": (1, 2, 3, 1),
+               "tile_ow": (3, 1, 2, 1)}
+    return [(w, space.from_values({**base, **blocks})), (w, space.from_values({**base, **threads}))]
+
+
+CONFIGS = gpu_cases() + fused_axis_cases()
 
 
 @pytest.mark.parametrize("i", range(len(CONFIGS)),

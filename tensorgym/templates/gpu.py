@@ -116,11 +116,11 @@ def operands(workload: Workload) -> tuple[Operand, Operand]:
     out = []
     for load in (body.a, body.b):
         index = tuple(affine(i) for i in load.indices)
-        last = index[-1]
+        moving = [(ax, c) for ax, c in index[-1].coefs if ax.extent > 1]
         vec_axis = None
-        if (isinstance(load.tensor.op, te.PlaceholderOp) and last.const == 0
-                and len(last.coefs) == 1 and last.coefs[0][1] == 1 and load.tensor.shape[-1] % 2 == 0):
-            vec_axis = last.coefs[0][0]
+        if (isinstance(load.tensor.op, te.PlaceholderOp) and index[-1].const == 0
+                and len(moving) == 1 and moving[0][1] == 1 and load.tensor.shape[-1] % 2 == 0):
+            vec_axis = moving[0][0]
         out.append(Operand(load.tensor, index, vec_axis))
     return out[0], out[1]
 
