@@ -162,7 +162,7 @@ def nvrtc_compile(source: str, arch: str) -> bytes:
         return values[0] if values else None
 
     prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], []), "create")
-    opts = [f"--gpu-architecture={arch}".encode(), b"-O3"]
+    opts = [f"--gpu-architecture={arch}".encode()]  # NVRTC optimises by default
     err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     if int(err) != 0:
         size = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
