@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import Counter
 
 import numpy as np
@@ -30,6 +31,9 @@ def random_search(target: str, workload, trials: int, seed: int, options: Measur
         results = []
         for i in range(0, len(configs), batch):
             results += measurer.measure(workload, configs[i:i + batch])
+            best_so_far = max((r.gflops for r in results), default=0.0)
+            print(f"  {workload.label} {target}: {len(results)}/{len(configs)} trials, "
+                  f"best {best_so_far:.3f} GFLOP/s", file=sys.stderr, flush=True)
         device = measurer.device
     finally:
         measurer.close()
@@ -57,14 +61,16 @@ def main() -> None:
     args = p.parse_args()
     options = MeasureOptions(repeat=3, min_repeat_ms=20, timeout=args.timeout,
                              build_timeout=300, n_parallel=args.builders)
-    rows = [random_search(t, get_workload(w), args.trials, args.seed, options, args.batch)
-            for w in args.workloads for t in args.targets]
     cols = ["workload", "target", "reference", "best", "median_s_per_trial", "failed_fraction"]
     print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])
-                                 for c in cols) + " |")
+    print("|" + "---|" * len(cols), flush=True)
+    rows = []
+    for w in args.workloads:
+        for t in args.targets:
+            r = random_search(t, get_workload(w), args.trials, args.seed, options, args.batch)
+            rows.append(r)
+            print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])
+                                     for c in cols) + " |", flush=True)
     for r in rows:
         print(f"{r['workload']} on {r['device']}: failures {r['failures']}; best {r['best_config']}")
     print(f"GFLOP/s columns; {args.trials} random trials per target, seed {args.seed}")
