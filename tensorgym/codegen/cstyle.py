@@ -1,0 +1,155 @@
+"""One C-style walker for GPU kernels; OpenCL C and CUDA C differ only by a :class:`Dialect`.
+
+Loops bound to ``blockIdx``/``threadIdx`` become index declarations (the launch shape runs them),
+``vthread`` and ``unrolled`` loops get an unroll pragma, a ``vectorized`` loop that copies
+contiguous floats becomes one vector load/store (else an unrolled loop). Shared buffers are
+declared at kernel scope, as OpenCL C requires.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import loopast as A
+
+GPU_BINDINGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    kernel_prefix: str  # before the kernel's name; "{launch}" is replaced by launch_attribute
+    launch_attribute: Callable[[tuple[int, int, int]], str]  # block shape -> text
+    global_qualifier: str  # of pointer arguments
+    shared_qualifier: str  # of block-shared arrays
+    restrict: str
+    barrier: str
+    work_items: dict  # "blockIdx.x" -> "get_group_id(0)" ...
+    vector_copy: Callable[[int, str, str], str]  # (width, dst pointer, src pointer) -> statement
+    preamble: str = ""
+    unroll_pragma: str = "#pragma unroll"
+
+
+class CStyleRenderer:
+    def __init__(self, dialect: Dialect):
+        self.d = dialect
+
+    def render(self, program: A.Program) -> str:
+        self._names: dict[A.LoopVar, str] = {}
+        self._used: set[str] = {c_identifier(n.buffer.name) for n in A.walk(program.body)
+                                if isinstance(n, A.Allocate)}
+        self._used.update(c_identifier(b.name) for b in program.buffers)
+        block = tuple(program.launch.get("block", (1, 1, 1)))
+        args = []
+        for i, b in enumerate(program.buffers):
+            const = "const " if i < len(program.args) - 1 else ""
+            args.append(f"{self.d.global_qualifier}{const}float* {self.d.restrict}{c_identifier(b.name)}")
+        shared = [n.buffer for n in A.walk(program.body)
+                  if isinstance(n, A.Allocate) and n.buffer.scope == "shared"]
+        lines = [self.d.preamble] if self.d.preamble else []
+        prefix = self.d.kernel_prefix.replace("{launch}", self.d.launch_attribute(block))
+        lines.append(f"{prefix} {c_identifier(program.name)}({', '.join(args)}) {{")
+        for b in shared:
+            lines.append(f"  {self.d.shared_qualifier}float {c_identifier(b.name)}[{b.size}];")
+        lines += self._stmt(program.body, 1)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    # ---------------------------------------------------------------- statements
+
+    def _stmt(self, s: A.Stmt, depth: int) -> list[str]:
+        pad = "  " * depth
+        if isinstance(s, A.Seq):
+            return [line for x in s.stmts for line in self._stmt(x, depth)]
+        if isinstance(s, A.Store):
+            return [f"{pad}{self._access(s.buffer, s.indices)} = {self._expr(s.value)};"]
+        if isinstance(s, A.Barrier):
+            return [f"{pad}{self.d.barrier}"]
+        if isinstance(s, A.If):
+            return ([f"{pad}if ({self._expr(s.cond)}) {{"] + self._stmt(s.then, depth + 1)
+                    + [f"{pad}}}"])
+        if isinstance(s, A.Allocate):
+            if s.buffer.scope == "shared":  # declared at kernel scope
+                return self._stmt(s.body, depth)
+            if s.buffer.scope != "local":
+                raise ValueError(f"cannot allocate a {s.buffer.scope} buffer inside a kernel")
+            return [f"{pad}float {c_identifier(s.buffer.name)}[{s.buffer.size}];"] + self._stmt(s.body, depth)
+        if isinstance(s, A.For):
+            return self._for(s, depth)
+        raise TypeError(f"cannot render {type(s).__name__}")
+
+    def _for(self, s: A.For, depth: int) -> list[str]:
+        pad = "  " * depth
+        name = self._name(s.var)
+        if s.kind in GPU_BINDINGS:
+            return [f"{pad}int {name} = {self.d.work_items[s.kind]};"] + self._stmt(s.body, depth)
+        if s.kind == "vectorized":
+            copy = self._vector_copy(s)
+            if copy is not None:
+                return [f"{pad}{copy}"]
+        elif s.kind not in ("serial", "unrolled", "vthread"):
+            raise ValueError(f"loop kind {s.kind!r} has no meaning in a GPU kernel")
+        head = [f"{pad}{self.d.unroll_pragma}"] if s.kind != "serial" else []
+        return (head + [f"{pad}for (int {name} = 0; {name} < {s.extent}; ++{name}) {{"]
+                + self._stmt(s.body, depth + 1) + [f"{pad}}}"])
+
+    def _vector_copy(self, s: A.For) -> "str | None":
+        """``dst[i + lane] = src[j + lane]`` over all lanes as one vector load and store."""
+        st = s.body
+        if not (s.extent in (2, 4, 8, 16) and isinstance(st, A.Store) and isinstance(st.value, A.Load)):
+            return None
+        dst = A.flat_index(st.buffer, st.indices)
+        src = A.flat_index(st.value.buffer, st.value.indices)
+        if A.linear_coeff(dst, s.var) != 1 or A.linear_coeff(src, s.var) != 1:
+            return None
+        self._names[s.var] = "0"  # the vector's first lane
+        text = self.d.vector_copy(s.extent, f"({c_identifier(st.buffer.name)} + {self._expr(dst)})",
+                                  f"({c_identifier(st.value.buffer.name)} + {self._expr(src)})")
+        del self._names[s.var]
+        return text
+
+    # ---------------------------------------------------------------- expressions
+
+    def _name(self, var: A.LoopVar) -> str:
+        if var not in self._names:
+            base = c_identifier(var.name)
+            name, k = base, 1
+            while name in self._used:
+                name, k = f"{base}_{k}", k + 1
+            self._used.add(name)
+            self._names[var] = name
+        return self._names[var]
+
+    def _access(self, buf: A.Buffer, indices) -> str:
+        return f"{c_identifier(buf.name)}[{self._expr(A.flat_index(buf, tuple(indices)))}]"
+
+    def _expr(self, e: A.Expr) -> str:
+        if isinstance(e, A.IntImm):
+            return str(e.value)
+        if isinstance(e, A.FloatImm):
+            if not math.isfinite(e.value):
+                raise ValueError(f"non-finite constant {e.value}")
+            return f"{float(e.value)!r}f"
+        if isinstance(e, A.LoopVar):
+            return self._name(e)
+        if isinstance(e, A.ThreadIdx):
+            return self.d.work_items[e.tag]
+        if isinstance(e, A.Load):
+            return self._access(e.buffer, e.indices)
+        if isinstance(e, A.Select):
+            return f"({self._expr(e.cond)} ? {self._expr(e.true_value)} : {self._expr(e.false_value)})"
+        if isinstance(e, A.BinOp):
+            a, b = self._expr(e.a), self._expr(e.b)
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            op = "/" if e.op == "//" else e.op  # indices are never negative: C division floors
+            return f"({a} {op} {b})"
+        raise TypeError(f"cannot render {type(e).__name__}")
+
+
+def c_identifier(name: str) -> str:
+    """A C identifier for a loop-AST name such as ``oc.v`` or ``pad_shared.ld``."""
+    out = re.sub(r"\W", "_", name)
+    return out if out[:1].isalpha() or out[:1] == "_" else f"v_{out}"

@@ -1,0 +1,70 @@
+"""The CUDA emitter: every config of the OpenCL correctness test, rendered as CUDA C and
+compiled to PTX by nvcc (no GPU needed). The kernels go into two .cu files compiled side by side."""
+import dataclasses
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tensorgym.codegen.cuda import render_cuda
+from tensorgym.errors import TargetUnavailableError
+from tensorgym.hardware.cuda import CUDARuntime, find_nvcc
+from tensorgym.lower.gpu import lower_gpu
+from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS
+
+from .test_gpu_opencl import CONFIGS
+
+NVCC = find_nvcc()
+ARCH = "sm_80"
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit)")
+def test_every_config_compiles_to_ptx(tmp_path):
+    sources = []
+    for i, (workload, config) in enumerate(CONFIGS):
+        program = dataclasses.replace(lower_gpu(workload, config, DEFAULT_GPU_LIMITS), name=f"k{i}")
+        sources.append(render_cuda(program))
+    files = []
+    for part in range(2):
+        path = tmp_path / f"part{part}.cu"
+        path.write_text("\n".join(sources[part::2]))
+        files.append(path)
+
+    def nvcc(path):
+        return subprocess.run([NVCC, "-ptx", f"-arch={ARCH}", str(path), "-o", f"{path}.ptx"],
+                              capture_output=True, text=True, timeout=600)
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(nvcc, files))
+    for p in procs:
+        assert p.returncode == 0, p.stderr[-3000:]
+    entries = set()
+    for path in files:
+        entries |= set(re.findall(r"\.entry\s+(k\d+)", open(f"{path}.ptx").read()))
+    assert entries == {f"k{i}" for i in range(len(CONFIGS))}
+
+
+def test_cuda_runtime_without_device_says_what_to_use():
+    runtime = CUDARuntime()
+    try:
+        runtime.check_available()
+    except TargetUnavailableError as e:
+        assert "no CUDA device was found" in str(e) and "cpu" in str(e)
+    else:
+        pytest.skip("a CUDA device is present")
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found (install the CUDA toolkit)")
+def test_runtime_compiles_a_cubin_and_labels_compile_errors():
+    from tensorgym.hardware.cuda import CUDACompileError
+
+    runtime = CUDARuntime(arch=ARCH)  # an explicit arch: no device needed to compile
+    workload, config = CONFIGS[-1]
+    program = lower_gpu(workload, config, DEFAULT_GPU_LIMITS)
+    source = runtime.render(program)
+    assert runtime.compile(source, program)[:4] == b"\x7fELF"
+    with pytest.raises(CUDACompileError):
+        runtime.compile(source.replace("__syncthreads()", "no_such_function()", 1), program)
