@@ -66,7 +66,8 @@ class ModelTuner:
     - ``model``: a registered name (``"xgb"`` rank loss, ``"xgb-reg"``), a model instance (used
       as an unfitted template and copied) or a zero-argument factory; ``model_options`` go to
       the named model's constructor (e.g. ``loss="reg"``).
-    - ``batch_size`` [b], ``plan_ratio`` [lambda: select from the top lambda*b candidates],
+    - ``batch_size`` [b] (default: an eighth of the budget, 8 to 64, so that short sessions
+      still update the model several times; TVM used 64), ``plan_ratio`` [lambda: select from the top lambda*b candidates],
       ``alpha`` (diversity weight of Equation 3), ``epsilon`` (random share of each batch).
     - ``n_chains``, ``sa_steps``, ``sa_early_stop``: the parallel simulated annealing.
     - ``uncertainty``: None, or ``"ei"`` / ``"ucb"`` / ``"mean"`` over a bootstrap ensemble of
@@ -78,13 +79,13 @@ class ModelTuner:
     name = "xgb"
 
     def __init__(self, model: "str | CostModel | Callable[[], CostModel]" = "xgb",
-                 model_options: dict | None = None, batch_size: int = 64,
+                 model_options: dict | None = None, batch_size: "int | None" = None,
                  plan_ratio: float = 2.0, alpha: float = 0.1, epsilon: float = 0.05,
                  n_chains: int = 128, sa_steps: int = 100, sa_early_stop: int = 30,
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None) -> None:
-        if batch_size < 1 or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
+        if (batch_size is not None and batch_size < 1) or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
             raise ValueError("need batch_size >= 1, plan_ratio >= 1, alpha >= 0, 0 <= epsilon <= 1")
         if source_workloads and records is None:
             raise ValueError("transfer learning needs a records database (records=...)")
@@ -135,6 +136,11 @@ class ModelTuner:
             model.fit_global(self.source_data)
         return model
 
+    def _batch(self, n_trials: int) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return int(min(64, max(8, n_trials // 8)))
+
     def tune(self, env, n_trials: int, seed: int = 0,
              callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
         if n_trials < 0:
@@ -165,7 +171,7 @@ class ModelTuner:
 
         self.history = []
         while len(self.history) < n_trials and len(measured) < space.size:
-            b = min(self.batch_size, n_trials - len(self.history))
+            b = min(self._batch(n_trials), n_trials - len(self.history))
             if model_ready:
                 k = max(b, int(round(self.plan_ratio * b)))
                 candidates = annealer.find_maximums(score, k, exclude=measured)

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/tensorgym tune conv2d-C6 --target cpu --trials "${TRIALS:-96}" --agent xgb --opt batch_size=16 --seed 0 "$@"
+exec .venv/bin/tensorgym tune conv2d-C6 --target cpu --trials "${TRIALS:-96}" --agent xgb --seed 0 "$@"
