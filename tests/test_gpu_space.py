@@ -173,3 +173,12 @@ def test_default_config_is_valid(name):
     config = default_config(w, "cuda")
     plan = check_gpu_config(w, config, DEFAULT_GPU_LIMITS)
     assert 1 < plan.threads_per_block <= 128 and plan.accumulator_size == 1
+
+
+def test_gpu_configs_featurize_in_every_fixed_length_mode():
+    from tensorgym.features import featurize
+
+    configs = space_for(C6, "opencl").sample(np.random.default_rng(0), 3)
+    for mode in ("relation", "context", "config"):
+        x = featurize(C6, configs, mode=mode)
+        assert x.shape[0] == 3 and np.isfinite(x).all()

@@ -118,7 +118,9 @@ def _space(workload: Workload, config: Config) -> ConfigSpace:
     if key not in _spaces:
         from ..templates import space_for  # noqa: PLC0415
 
-        _spaces[key] = space_for(workload, config.space_name.split("/")[-1])
+        kind = config.space_name.split("/")[-1]
+        # "<op>/gpu" is one space shared by both GPU targets.
+        _spaces[key] = space_for(workload, "cuda" if kind == "gpu" else kind)
     return _spaces[key]
 
 
