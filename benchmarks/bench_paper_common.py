@@ -40,91 +40,17 @@ def best_so_far(results: Sequence[MeasureResult], n: int) -> Curve:
 
 
 # ---------------------------------------------------------------------------------------------
-# black-box baselines
-class RandomSearch:
-    """Uniform samples without repeats, measured in batches."""
+# black-box baselines: the ones of tensorgym.baselines, so the studies and the leaderboard agree
+def make_random(batch_size: int):
+    from tensorgym.baselines import get_agent  # noqa: PLC0415
 
-    name = "random"
-
-    def __init__(self, batch_size: int = 64) -> None:
-        self.batch_size = batch_size
-
-    def tune(self, env, n_trials: int, seed: int = 0, callbacks=()) -> list[MeasureResult]:
-        u = env.unwrapped
-        rng = np.random.default_rng(seed)
-        seen: set[int] = set()
-        history: list[MeasureResult] = []
-        while len(history) < n_trials:
-            batch = u.space.sample_unique(rng, min(self.batch_size, n_trials - len(history)), seen)
-            if not batch:
-                break
-            seen |= {c.index for c in batch}
-            res = list(u.measure(batch))
-            history += res
-            for cb in callbacks:
-                cb(self, res)
-        return history
-
-
-class MiniGA:
-    """A small genetic algorithm (used when tensorgym.baselines.ga is not available): elitist
-    fitness-proportional parents, uniform crossover of knob choices, per-knob mutation."""
-
-    name = "ga"
-
-    def __init__(self, population: int = 64, elite: int = 8, mutation: float = 0.1) -> None:
-        self.population, self.elite, self.mutation = population, elite, mutation
-
-    def tune(self, env, n_trials: int, seed: int = 0, callbacks=()) -> list[MeasureResult]:
-        u = env.unwrapped
-        space = u.space
-        rng = np.random.default_rng(seed)
-        seen: set[int] = set()
-        history: list[MeasureResult] = []
-        pool = space.sample_unique(rng, min(self.population, n_trials))
-        while pool and len(history) < n_trials:
-            pool = pool[: n_trials - len(history)]
-            seen |= {c.index for c in pool}
-            res = list(u.measure(pool))
-            history += res
-            for cb in callbacks:
-                cb(self, res)
-            ranked = sorted(history, key=lambda r: -r.gflops)[: self.population]
-            fitness = np.array([r.gflops for r in ranked]) + 1e-9
-            p = fitness / fitness.sum()
-            children: list = []
-            tries = 0
-            while len(children) < self.population and tries < 20 * self.population:
-                tries += 1
-                a, b = (ranked[i].config.choices for i in rng.choice(len(ranked), 2, p=p))
-                child = [x if rng.random() < 0.5 else y for x, y in zip(a, b)]
-                for j, k in enumerate(space.knobs):
-                    if rng.random() < self.mutation:
-                        child[j] = int(rng.integers(k.size))
-                c = space.from_choices(child)
-                if c.index not in seen:
-                    seen.add(c.index)
-                    children.append(c)
-            if len(children) < self.population:  # converged: top up with random samples
-                extra = space.sample_unique(rng, self.population - len(children), seen)
-                seen |= {c.index for c in extra}
-                children += extra
-            pool = children
-        return history
+    return get_agent("random", batch_size=batch_size)
 
 
 def make_ga(batch_size: int):
-    """tensorgym.baselines' GA when it is installed (assumed ``make_ga(population=...)``),
-    else :class:`MiniGA`; says which on stderr."""
-    try:
-        from tensorgym.baselines.ga import make_ga as lib_ga  # noqa: PLC0415
+    from tensorgym.baselines import get_agent  # noqa: PLC0415
 
-        agent = lib_ga(population=batch_size)
-        which = "tensorgym.baselines.ga"
-    except (ImportError, TypeError):
-        agent, which = MiniGA(population=batch_size), "benchmarks' MiniGA"
-    print(f"  GA: {which}", file=sys.stderr)
-    return agent
+    return get_agent("ga", batch_size=batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from bench_paper_common import (RandomSearch, base_parser, make_ga, plot_curves, print_table,
+from bench_paper_common import (base_parser, make_ga, make_random, plot_curves, print_table,
                                 run_study, tuner_options)
 from tensorgym.agents import make_agent
 
@@ -19,7 +19,7 @@ def main() -> None:
     methods = {
         "GBT (rank)": lambda: make_agent("xgb", **tuner_options(args)),
         "GA": lambda: make_ga(args.batch_size),
-        "Random": lambda: RandomSearch(args.batch_size),
+        "Random": lambda: make_random(args.batch_size),
     }
     curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
     print_table(curves, "Figure 4: cost model vs black-box search")

@@ -18,8 +18,9 @@ def objective(c):
     return 1.0 + float(sum(c.choices))
 
 
-@pytest.mark.parametrize("method", [common.RandomSearch(8), common.MiniGA(population=8)])
-def test_black_box_baselines_respect_the_budget_without_repeats(method):
+@pytest.mark.parametrize("make", [common.make_random, common.make_ga])
+def test_black_box_baselines_respect_the_budget_without_repeats(make):
+    method = make(8)
     env = SyntheticEnv(SPACE, objective)
     history = method.tune(env, 30, seed=0)
     assert len(history) == env.trials == 30
@@ -27,7 +28,7 @@ def test_black_box_baselines_respect_the_budget_without_repeats(method):
 
 
 def test_ga_improves_on_its_first_generation():
-    history = common.MiniGA(population=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
+    history = common.make_ga(16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
     first = max(r.gflops for r in history[:16])
     assert max(r.gflops for r in history) > first
 
