@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
-from .runtime import Kernel, Runtime
+from .runtime import Kernel, Runtime, checked_inputs
 
 
 @lru_cache(maxsize=None)
@@ -73,9 +73,7 @@ class CPUKernel(Kernel):
 
     def alloc(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         n_in = len(self.program.args) - 1
-        if len(inputs) != n_in:
-            raise ValueError(f"kernel takes {n_in} inputs, got {len(inputs)}")
-        bufs = [np.ascontiguousarray(x, dtype=np.float32).copy() for x in inputs]
+        bufs = [x.copy() for x in checked_inputs(self.program, inputs)]
         # NaN-filled, so an element the kernel forgets to write fails the check.
         bufs += [np.full(b.shape, np.nan, np.float32) for b in self.program.buffers[n_in:]]
         return bufs

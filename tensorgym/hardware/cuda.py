@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
-from .runtime import Kernel, Runtime
+from .runtime import Kernel, Runtime, checked_inputs
 
 
 class CUDACompileError(TensorGymError, RuntimeError):
@@ -211,14 +211,8 @@ class CUDAKernel(Kernel):
 
     def alloc(self, inputs: Sequence[np.ndarray]) -> list:
         d = self.driver
-        ins = self.program.args[:-1]
-        if len(inputs) != len(ins):
-            raise ValueError(f"{self.program.name} takes {len(ins)} inputs, got {len(inputs)}")
         bufs = []
-        for arr, b in zip(inputs, ins):
-            arr = np.ascontiguousarray(arr, dtype=np.float32)
-            if arr.shape != b.shape:
-                raise ValueError(f"input {b.name} has shape {b.shape}, got {arr.shape}")
+        for arr in checked_inputs(self.program, inputs):
             ptr = _check(d.cuMemAlloc(arr.nbytes), "cuMemAlloc")
             _check(d.cuMemcpyHtoD(ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
             bufs.append(ptr)

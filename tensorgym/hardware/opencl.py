@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
-from .runtime import Kernel, Runtime
+from .runtime import Kernel, Runtime, checked_inputs
 
 
 class OpenCLBuildError(TensorGymError, RuntimeError):
@@ -148,15 +148,8 @@ class OpenCLKernel(Kernel):
     def alloc(self, inputs: Sequence[np.ndarray]) -> list:
         cl, ctx = self.cl, self.queue.context
         mf = cl.mem_flags
-        ins = self.program.args[:-1]
-        if len(inputs) != len(ins):
-            raise ValueError(f"{self.program.name} takes {len(ins)} inputs, got {len(inputs)}")
-        bufs = []
-        for arr, b in zip(inputs, ins):
-            arr = np.ascontiguousarray(arr, dtype=np.float32)
-            if arr.shape != b.shape:
-                raise ValueError(f"input {b.name} has shape {b.shape}, got {arr.shape}")
-            bufs.append(cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr))
+        bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
+                for arr in checked_inputs(self.program, inputs)]
         for b in (self.program.args[-1], *self.program.workspaces):
             bufs.append(cl.Buffer(ctx, mf.READ_WRITE, size=4 * b.size))
         return bufs

@@ -15,6 +15,20 @@ from ..errors import TargetUnavailableError
 from ..loopast import Program
 
 
+def checked_inputs(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``inputs`` as contiguous float32 arrays, checked against the program's input buffers."""
+    ins = program.args[:-1]
+    if len(inputs) != len(ins):
+        raise ValueError(f"{program.name} takes {len(ins)} inputs, got {len(inputs)}")
+    out = []
+    for arr, b in zip(inputs, ins):
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.shape != b.shape:
+            raise ValueError(f"input {b.name} has shape {b.shape}, got {arr.shape}")
+        out.append(arr)
+    return out
+
+
 class Kernel(ABC):
     """A loaded kernel bound to one device."""
 
