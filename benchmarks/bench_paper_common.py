@@ -138,3 +138,12 @@ def base_parser(description: str, workloads: Sequence[str], trials: int) -> argp
 
 def tuner_options(args: argparse.Namespace, **extra) -> dict:
     return dict(batch_size=args.batch_size, sa_steps=args.sa_steps, **extra)
+
+
+def study(methods: dict[str, Callable[[], object]], args, table_title: str, png: str,
+          plot_title: str) -> dict:
+    """Run every method on every workload and seed, print the table, write the figure."""
+    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
+    print_table(curves, table_title)
+    plot_curves(curves, os.path.join(args.out, png), f"{plot_title} ({args.target})")
+    return curves

@@ -6,10 +6,8 @@
 """
 from __future__ import annotations
 
-import os
 
-from bench_paper_common import (base_parser, make_ga, make_random, plot_curves, print_table,
-                                run_study, tuner_options)
+from bench_paper_common import base_parser, make_ga, make_random, study, tuner_options
 from tensorgym.agents import make_agent
 
 
@@ -21,10 +19,8 @@ def main() -> None:
         "GA": lambda: make_ga(args.batch_size),
         "Random": lambda: make_random(args.batch_size),
     }
-    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
-    print_table(curves, "Figure 4: cost model vs black-box search")
-    plot_curves(curves, os.path.join(args.out, "fig4_models.png"),
-                f"Cost model vs black-box search ({args.target})")
+    study(methods, args, "Figure 4: cost model vs black-box search", "fig4_models.png",
+          "Cost model vs black-box search")
 
 
 if __name__ == "__main__":

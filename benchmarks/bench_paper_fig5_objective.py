@@ -4,9 +4,8 @@
 """
 from __future__ import annotations
 
-import os
 
-from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
+from bench_paper_common import base_parser, study, tuner_options
 from tensorgym.agents import make_agent
 
 
@@ -18,10 +17,8 @@ def main() -> None:
             "xgb", model_options={"loss": loss}, **tuner_options(args)))
         for loss in ("rank", "reg")
     }
-    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
-    print_table(curves, "Figure 5: rank vs regression objective")
-    plot_curves(curves, os.path.join(args.out, "fig5_objective.png"),
-                f"Rank vs regression objective ({args.target})")
+    study(methods, args, "Figure 5: rank vs regression objective", "fig5_objective.png",
+          "Rank vs regression objective")
 
 
 if __name__ == "__main__":

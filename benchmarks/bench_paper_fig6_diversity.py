@@ -7,9 +7,8 @@ of knob values (Equation 3, weight --alpha).
 """
 from __future__ import annotations
 
-import os
 
-from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
+from bench_paper_common import base_parser, study, tuner_options
 from tensorgym.agents import make_agent
 
 
@@ -23,10 +22,8 @@ def main() -> None:
             "xgb", plan_ratio=lam, alpha=args.alpha, **tuner_options(args)))
         for lam in args.lambdas
     }
-    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
-    print_table(curves, f"Figure 6: diversity-aware selection (alpha={args.alpha:g})")
-    plot_curves(curves, os.path.join(args.out, "fig6_diversity.png"),
-                f"Diversity-aware selection ({args.target})")
+    study(methods, args, f"Figure 6: diversity-aware selection (alpha={args.alpha:g})",
+          "fig6_diversity.png", "Diversity-aware selection")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,8 @@ expected improvement and upper confidence bound vs the ensemble mean.
 """
 from __future__ import annotations
 
-import os
 
-from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
+from bench_paper_common import base_parser, study, tuner_options
 from tensorgym.agents import make_agent
 
 
@@ -21,10 +20,8 @@ def main() -> None:
             **tuner_options(args)))
         for acq, label in names.items()
     }
-    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
-    print_table(curves, "Figure 7: uncertainty-aware acquisition")
-    plot_curves(curves, os.path.join(args.out, "fig7_uncertainty.png"),
-                f"Acquisition functions ({args.target})")
+    study(methods, args, "Figure 7: uncertainty-aware acquisition", "fig7_uncertainty.png",
+          "Acquisition functions")
 
 
 if __name__ == "__main__":
