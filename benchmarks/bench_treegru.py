@@ -103,8 +103,9 @@ def main() -> None:
                                   **tuner_options(args, n_chains=args.n_chains))
 
     methods = {label: method(label, name) for label, name in MODELS.items()}
-    curves = run_study(methods, args.workloads, args.target, args.trials, args.seeds)
-    print_table(curves, "Figure 4 (models): GBT vs TreeGRU, rank loss")
+    curves, again = run_study(methods, args.workloads, args.target, args.trials, args.seeds,
+                              records=args.db, remeasure_rounds=args.remeasure_rounds)
+    print_table(curves, "Figure 4 (models): GBT vs TreeGRU, rank loss", again)
     print_speed(stats, "model time inside the tuner (all workloads and seeds)")
     plot_curves(curves, os.path.join(args.out, "fig4_treegru.png"),
                 f"GBT vs TreeGRU cost model ({args.target})")

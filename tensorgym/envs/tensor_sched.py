@@ -176,10 +176,14 @@ class TensorSchedEnv(gym.Env):
     def device(self) -> str:
         return self.measurer.device
 
-    def featurize(self, configs: Sequence[Config], mode: Optional[str] = None):
-        from ..features import featurize
+    def featurize(self, configs: Sequence[Config], mode: Optional[str] = None,
+                  n_jobs: Optional[int] = None):
+        """Features of ``configs`` (``mode`` defaults to the observation mode); big batches are
+        lowered on ``n_jobs`` processes (default: every core this process may use)."""
+        from ..features import default_jobs, featurize
 
-        return featurize(self.workload, list(configs), mode or self.obs_mode, space=self.space)
+        return featurize(self.workload, list(configs), mode or self.obs_mode, space=self.space,
+                         n_jobs=default_jobs() if n_jobs is None else n_jobs)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""

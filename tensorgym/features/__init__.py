@@ -29,6 +29,7 @@ from .ast import NODE_TYPES, ast_arrays
 from .config_encoding import MAX_KNOBS, N_CONFIG, encode_config
 from .context import (CONTEXT_NAMES, KIND_NAMES, N_CONTEXT, N_PROGRAM, PROGRAM_NAMES, SLOT_ROLES,
                       ProgramSummary, context_matrix, summarize)
+from .parallel import default_jobs, split_rows
 from .relation import N_RELATION, RELATION_NAMES, RELATION_PAIRS, THRESHOLDS, relation_features
 
 FEATURE_MODES = ("relation", "context", "config", "ast")
@@ -40,7 +41,7 @@ CACHE_SIZE = 8192
 __all__ = ["FEATURE_MODES", "MAX_LOOPS", "MAX_KNOBS", "NODE_TYPES", "CONTEXT_NAMES",
            "PROGRAM_NAMES", "RELATION_PAIRS", "RELATION_NAMES", "THRESHOLDS", "KIND_NAMES",
            "SLOT_ROLES", "featurize", "feature_length", "context_matrix", "extract",
-           "feature_names", "clear_cache"]
+           "feature_names", "clear_cache", "default_jobs"]
 
 
 def _check_mode(mode: str) -> None:
@@ -133,10 +134,12 @@ def _check_config(workload: Workload, config: Config) -> None:
 
 
 def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
-              space: "ConfigSpace | None" = None) -> "np.ndarray | list[dict]":
+              space: "ConfigSpace | None" = None, n_jobs: int = 1) -> "np.ndarray | list[dict]":
     """Features of ``configs`` of ``workload``: float32 (n, feature_length(mode)), or for
     ``mode="ast"`` a list of dicts. ``space`` (for ``config`` mode) defaults to the template's
-    default space of the configs' target; pass it when the configs come from another one."""
+    default space of the configs' target; pass it when the configs come from another one.
+    ``n_jobs`` > 1 lowers big batches of uncached ``relation``/``context`` rows in that many
+    processes (``parallel.default_jobs()`` is what this machine allows)."""
     from ..lower import lower  # noqa: PLC0415
 
     _check_mode(mode)
@@ -152,11 +155,25 @@ def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relati
         return out
     cache = _rows[mode]
     wkey = workload.key
-    for r, c in enumerate(configs):
-        key = (wkey, c.space_name, tuple(c.values.items()))
+    keys = [(wkey, c.space_name, tuple(c.values.items())) for c in configs]
+    missing: dict = {}
+    for r, key in enumerate(keys):
         row = cache.get(key)
         if row is None:
-            row = _from_summary(summarize(lower(workload, c)), mode)
+            missing.setdefault(key, r)
+        else:
+            out[r] = row
+    if missing:
+        todo = [configs[r] for r in missing.values()]
+
+        def compute(cs: Sequence[Config]) -> np.ndarray:
+            return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in cs])
+
+        rows = split_rows(compute, workload, todo, mode, n_jobs) if n_jobs > 1 else compute(todo)
+        fresh = dict(zip(missing, rows))
+        for key, row in fresh.items():
             cache.put(key, row)
-        out[r] = row
+        for r, key in enumerate(keys):
+            if key in fresh:
+                out[r] = fresh[key]
     return out
