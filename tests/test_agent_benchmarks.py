@@ -46,7 +46,7 @@ def test_a_study_script_writes_its_table_and_figure(tmp_path, monkeypatch, capsy
                         lambda workload, target, budget, records=None: _closable(budget))
     monkeypatch.setattr(sys, "argv", ["fig6", "--trials", "12", "--seeds", "2", "--workloads",
                                       "toy", "--batch-size", "4", "--sa-steps", "5",
-                                      "--out", str(tmp_path)])
+                                      "--out", str(tmp_path), "--remeasure-rounds", "0"])
     fig6.main()
     out = capsys.readouterr().out
     assert "lambda=4" in out and (tmp_path / "fig6_diversity.png").stat().st_size > 1000
@@ -56,3 +56,27 @@ def _closable(budget):
     env = SyntheticEnv(SPACE, objective, budget=budget)
     env.close = lambda: None
     return env
+
+
+def test_identical_runs_are_reused_and_different_settings_are_not(tmp_path, monkeypatch):
+    from tensorgym.agents import make_agent
+
+    made = []
+
+    def env(workload, target, budget, records=None):
+        made.append(workload)
+        return _closable(budget)
+
+    monkeypatch.setattr(common, "make_env", env)
+    cache = common.RunCache(str(tmp_path / "runs.json"))
+    first = common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
+                              8, 0, cache=cache)
+    again = common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
+                              8, 0, cache=common.RunCache(str(tmp_path / "runs.json")))
+    assert len(made) == 1 and again.curve.tolist() == first.curve.tolist()
+    assert again.best == first.best is not None
+    common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3, alpha=0.5), "toy",
+                      "cpu", 8, 0, cache=cache)
+    common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu", 8, 1,
+                      cache=cache)
+    assert len(made) == 3

@@ -160,6 +160,24 @@ def test_features_are_deterministic_and_cache_transparent():
         np.testing.assert_array_equal(extract(lower(w, c), "relation"), row)
 
 
+def test_parallel_featurizing_gives_the_same_rows_in_the_same_order():
+    from tensorgym.features.parallel import MIN_CONFIGS_PER_JOB, shutdown
+
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=2 * MIN_CONFIGS_PER_JOB + 10, seed=5)
+    configs = configs + configs[:7]  # repeats inside one batch
+    try:
+        for mode in ("relation", "context"):
+            clear_cache()
+            serial = featurize(w, configs, mode, n_jobs=1)
+            clear_cache()
+            featurize(w, configs[:3], mode)  # some rows cached, the rest split over processes
+            parallel = featurize(w, configs, mode, n_jobs=2)
+            np.testing.assert_array_equal(serial, parallel)
+    finally:
+        shutdown()
+
+
 def test_different_schedules_give_different_features():
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=30, seed=3)
