@@ -3,7 +3,9 @@
     python benchmarks/bench_features.py --n 1000 --seed 0
 
 "cold" clears the feature cache first (every config lowered and analysed), "warm" repeats the
-same batch (served from the cache, as when simulated annealing revisits configs). Timings on a
+same batch (served from the cache, as when simulated annealing revisits configs), and "cold, N
+jobs" lowers a cold batch on N processes (``--jobs``, default every core), as the env's
+``featurize`` does for the annealer's big batches. Timings on a
 shared machine are noisy: the best of ``--repeat`` runs is shown, in wall-clock and CPU time.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 
 import numpy as np
 
-from tensorgym.features import FEATURE_MODES, clear_cache, featurize
+from tensorgym.features import FEATURE_MODES, clear_cache, default_jobs, featurize
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
@@ -41,9 +43,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=list(FEATURE_MODES))
+    ap.add_argument("--jobs", type=int, default=default_jobs())
     args = ap.parse_args()
-
-    print(f"{'workload':<14} {'mode':<10} {'cold cfg/s':>11} {'(cpu)':>8} {'warm cfg/s':>11}")
+    jobs = f"cold, {args.jobs} jobs"
+    print(f"{'workload':<14} {'mode':<10} {'cold cfg/s':>11} {'(cpu)':>8} {'warm cfg/s':>11} "
+          f"{jobs:>16}")
     for name in args.workloads:
         w = get_workload(name)
         configs = space_for(w, args.target).sample(np.random.default_rng(args.seed), args.n)
@@ -52,9 +56,12 @@ def main() -> None:
         for mode in args.modes:
             wall, cpu = _best_rate(lambda: featurize(w, configs, mode), args.n, args.repeat,
                                    clear_cache)
+            split = mode in ("relation", "context")
             warm = (_best_rate(lambda: featurize(w, configs, mode), args.n, args.repeat)[0]
-                    if mode in ("relation", "context") else float("nan"))
-            print(f"{w.label:<14} {mode:<10} {wall:>11.0f} {cpu:>8.0f} {warm:>11.0f}")
+                    if split else float("nan"))
+            par = (_best_rate(lambda: featurize(w, configs, mode, n_jobs=args.jobs), args.n,
+                              args.repeat, clear_cache)[0] if split else float("nan"))
+            print(f"{w.label:<14} {mode:<10} {wall:>11.0f} {cpu:>8.0f} {warm:>11.0f} {par:>16.0f}")
 
 if __name__ == "__main__":
     main()
