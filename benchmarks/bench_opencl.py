@@ -57,10 +57,12 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--builders", type=int, default=2, help="parallel build processes")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per config's run phase")
+    p.add_argument("--build-timeout", type=float, default=120.0,
+                   help="seconds per config's build (PoCL compiles big unrolled kernels slowly)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     options = MeasureOptions(repeat=3, min_repeat_ms=20, timeout=args.timeout,
-                             build_timeout=300, n_parallel=args.builders)
+                             build_timeout=args.build_timeout, n_parallel=args.builders)
     cols = ["workload", "target", "reference", "best", "median_s_per_trial", "failed_fraction"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols), flush=True)
