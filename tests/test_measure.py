@@ -70,3 +70,18 @@ def test_parallel_builds_measure_a_batch(measurer):
 
 def test_device_fingerprint(measurer):
     assert measurer.device.startswith("cpu/")
+
+
+def test_a_build_timeout_kills_the_stuck_builder_and_the_measurer_recovers():
+    w = matmul(64, 64, 64)
+    configs = space_for(w, "cpu").sample(np.random.default_rng(3), 3)
+    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2,
+                                       build_timeout=1e-4))
+    try:
+        results = m.measure(w, configs)
+        assert [r.error for r in results] == [ErrorCode.BUILD_TIMEOUT] * 3
+        m.options = MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2, build_timeout=120.0)
+        again = m.measure(w, configs)
+        assert all(r.ok for r in again), [r.error_msg for r in again]
+    finally:
+        m.close()  # returns at once: no builder is left compiling

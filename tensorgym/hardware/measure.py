@@ -159,22 +159,44 @@ class Measurer:
         n = self.options.n_parallel or os.cpu_count() or 1
         if n == 1 or len(configs) == 1:
             return [build(self.target, self.runtime_kwargs, workload, c) for c in configs]
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(n, mp_context=_CTX)
-        futures = [self._pool.submit(build, self.target, self.runtime_kwargs, workload, c)
-                   for c in configs]
-        out = []
-        for f in futures:
-            try:
-                out.append(f.result(timeout=self.options.build_timeout))
-            except FutureTimeout:
-                out.append({"error": ErrorCode.BUILD_TIMEOUT, "time": self.options.build_timeout,
-                            "msg": f"build took over {self.options.build_timeout:g} s"})
-            except BrokenProcessPool as e:
-                self._pool = None
-                out.append({"error": ErrorCode.COMPILE_HOST, "time": 0.0,
-                            "msg": f"the builder process died: {e}"})
+        out: list = [None] * len(configs)
+        pending = list(range(len(configs)))
+        while pending:  # each round settles at least its first config, so this ends
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(n, mp_context=_CTX)
+            futures = [(i, self._pool.submit(build, self.target, self.runtime_kwargs, workload,
+                                             configs[i])) for i in pending]
+            pending, lost = [], False
+            for i, f in futures:
+                if lost:  # the builders were killed or died: keep what finished, redo the rest
+                    if f.done() and not f.cancelled() and f.exception() is None:
+                        out[i] = f.result()
+                    else:
+                        pending.append(i)
+                    continue
+                try:
+                    out[i] = f.result(timeout=self.options.build_timeout)
+                except FutureTimeout:
+                    out[i] = {"error": ErrorCode.BUILD_TIMEOUT, "time": self.options.build_timeout,
+                              "msg": f"build took over {self.options.build_timeout:g} s"}
+                    # a stuck compiler would hold its builder (and close()) for good
+                    self._kill_pool()
+                    lost = True
+                except BrokenProcessPool as e:
+                    self._pool = None
+                    out[i] = {"error": ErrorCode.COMPILE_HOST, "time": 0.0,
+                              "msg": f"the builder process died: {e}"}
+                    lost = True
         return out
+
+    def _kill_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # ProcessPoolExecutor cannot cancel a running task; terminate its processes instead
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def run_program(self, workload: Workload, program, config: Config) -> MeasureResult:
         """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
@@ -204,9 +226,7 @@ class Measurer:
 
     def close(self) -> None:
         self._worker.kill()
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        self._kill_pool()
 
     def __del__(self) -> None:
         try:
