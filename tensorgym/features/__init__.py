@@ -169,7 +169,7 @@ def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relati
         def compute(cs: Sequence[Config]) -> np.ndarray:
             return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in cs])
 
-        rows = split_rows(compute, workload, todo, mode, n_jobs) if n_jobs > 1 else compute(todo)
+        rows = split_rows(compute, workload, todo, mode, n_jobs)
         fresh = dict(zip(missing, rows))
         for key, row in fresh.items():
             cache.put(key, row)
