@@ -10,24 +10,20 @@ kept in ``costs``.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ..errors import ErrorCode, InvalidConfigError
+from ..loopast import Program
 from ..space import Config
 from ..templates import canonical_target
 from ..workloads import Workload
+from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
+from .host import DeviceLock, available_cpus
 from .result import MeasureResult
 from .runtime import get_runtime
-from .worker import worker_main
-
-_CTX = mp.get_context("spawn")  # no fork: the parent may hold threads (BLAS, torch, libgomp)
+from .worker import KernelWorker
 
 
 @dataclass(frozen=True)
@@ -39,104 +35,77 @@ class MeasureOptions:
     build_timeout: float = 60.0
     flush_cache: bool = False  # evict the last-level cache before every sample
     check: bool = True  # compare with NumPy before timing
-    n_parallel: int = 0  # builder processes; 0: one per core
+    n_parallel: int = 0  # builder processes; 0: one per core this process may use
     seed: int = 0  # of the random inputs
     recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
     slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
 
 
-# ---------------------------------------------------------------- build (any process)
-
-_RUNTIMES: dict = {}
+# ---------------------------------------------------------------- build (in builder processes)
 
 
-def _runtime(target: str, kwargs: dict):
-    key = (target, tuple(sorted(kwargs.items())))
-    if key not in _RUNTIMES:
-        _RUNTIMES[key] = get_runtime(target, **kwargs)
-    return _RUNTIMES[key]
+@dataclass
+class BuildResult:
+    error: ErrorCode
+    time: float  # seconds spent lowering, rendering and compiling
+    msg: str = ""
+    program: Optional[Program] = None
+    binary: Any = None
 
 
-def build(target: str, runtime_kwargs: dict, workload: Workload, config: Config) -> dict:
-    """Lower, render and compile one config. Never raises: errors come back as codes."""
-    from ..lower import lower
-    from ..templates import check_config
+class Builder:
+    """What a builder process serves: lower, render and compile. Never raises for a bad config or
+    a compiler error: those come back as error codes."""
 
-    t0 = time.perf_counter()
-    runtime = _runtime(target, runtime_kwargs)
-    try:
-        check_config(workload, config, runtime.limits())
-        program = lower(workload, config)
-    except InvalidConfigError as e:
-        return {"error": ErrorCode.INSTANTIATION_ERROR, "msg": str(e), "time": time.perf_counter() - t0}
-    except Exception as e:  # noqa: BLE001
-        return {"error": ErrorCode.INSTANTIATION_ERROR, "msg": f"lowering failed: {e!r}",
-                "time": time.perf_counter() - t0}
-    try:
-        source = runtime.render(program)
-        binary = runtime.compile(source, program)
-    except Exception as e:  # noqa: BLE001
-        code = ErrorCode.COMPILE_HOST if target == "cpu" else ErrorCode.COMPILE_DEVICE
-        return {"error": code, "msg": f"{type(e).__name__}: {e}"[-2000:],
-                "time": time.perf_counter() - t0}
-    return {"error": ErrorCode.NO_ERROR, "program": program, "binary": binary,
-            "time": time.perf_counter() - t0}
+    def __init__(self, target: str, runtime_kwargs: dict) -> None:
+        self.target = target
+        self.runtime = get_runtime(target, **runtime_kwargs)
 
+    def build(self, workload: Workload, config: Config) -> BuildResult:
+        from ..lower import lower
+        from ..templates import check_config
 
-# ---------------------------------------------------------------- the worker, from the parent
-
-
-class _Worker:
-    def __init__(self, target: str, runtime_kwargs: dict, seed: int) -> None:
-        self.args = (target, runtime_kwargs, seed)
-        self.proc = None
-        self.conn = None
-        self.jobs = 0
-
-    def start(self) -> None:
-        parent, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=worker_main, args=(child, *self.args), daemon=True)
-        self.proc.start()
-        child.close()
-        self.conn = parent
-        self.jobs = 0
-        if not parent.poll(120) or parent.recv() != "ready":
-            self.kill()
-            raise RuntimeError("the measurement worker did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.join(5)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc = self.conn = None
-
-    def run(self, job: tuple, timeout: float, recycle_after: int) -> dict:
-        if self.proc is None or not self.proc.is_alive() or self.jobs >= recycle_after:
-            self.kill()
-            self.start()
-        self.jobs += 1
         t0 = time.perf_counter()
         try:
-            self.conn.send(job)
-            if self.conn.poll(timeout):
-                return self.conn.recv()
-            self.kill()
-            return {"costs": (), "error": ErrorCode.RUN_TIMEOUT, "run_time": timeout,
-                    "error_msg": f"no result within {timeout:g} s: the kernel hangs or is too slow"}
-        except (EOFError, OSError, BrokenPipeError):
-            code = self.proc.exitcode if self.proc is not None else None
-            self.kill()
-            return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
-                    "run_time": time.perf_counter() - t0,
-                    "error_msg": f"the measurement worker died (exit code {code}): the kernel "
-                                 "crashed"}
+            check_config(workload, config, self.runtime.limits())
+            program = lower(workload, config)
+        except InvalidConfigError as e:
+            return BuildResult(ErrorCode.INSTANTIATION_ERROR, time.perf_counter() - t0, str(e))
+        except Exception as e:  # noqa: BLE001
+            return BuildResult(ErrorCode.INSTANTIATION_ERROR, time.perf_counter() - t0,
+                               f"lowering failed: {e!r}")
+        return self._compile(program, t0)
+
+    def build_program(self, program: Program) -> BuildResult:
+        return self._compile(program, time.perf_counter())
+
+    def _compile(self, program: Program, t0: float) -> BuildResult:
+        try:
+            binary = self.runtime.compile(self.runtime.render(program), program)
+        except Exception as e:  # noqa: BLE001
+            code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
+            return BuildResult(code, time.perf_counter() - t0,
+                               f"{type(e).__name__}: {e}"[-2000:])
+        return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
+                           binary=binary)
+
+
+def _timer_key(target: str, runtime_kwargs: dict) -> str:
+    """The lock a timed run holds. PoCL runs OpenCL on the host's cores, so it shares theirs."""
+    if target in ("cpu", "opencl"):
+        return "host"
+    return f"{target}-{runtime_kwargs.get('device_index', 0)}"
 
 
 class Measurer:
     """Measures configs of one target. ``measure`` never raises for a bad kernel; it raises
-    ``TargetUnavailableError`` when the target has no device here."""
+    ``TargetUnavailableError`` when the target has no device here.
+
+    Builds run in builder processes (one per available core, each build under
+    ``build_timeout``), timing in one worker process; both are ``Child`` processes, so they
+    never re-import the caller's ``__main__`` and die with the caller. Across processes, a timed
+    run holds its device's lock exclusively and builds hold the host's lock shared.
+    """
 
     def __init__(self, target: str = "cpu", options: "MeasureOptions | None" = None,
                  **runtime_kwargs: Any) -> None:
@@ -144,8 +113,11 @@ class Measurer:
         self.options = options or MeasureOptions()
         self.runtime_kwargs = runtime_kwargs
         self.runtime = get_runtime(self.target, **runtime_kwargs)
-        self._pool: "ProcessPoolExecutor | None" = None
-        self._worker = _Worker(self.target, runtime_kwargs, self.options.seed)
+        self._builders: Optional[ChildPool] = None
+        self._worker = Child(KernelWorker, self.target, runtime_kwargs, self.options.seed,
+                             name="measurement worker")
+        self._host_lock = DeviceLock("host")
+        self._timer_lock = DeviceLock(_timer_key(self.target, runtime_kwargs))
         self._device: "str | None" = None
 
     @property
@@ -155,78 +127,77 @@ class Measurer:
             self._device = self.runtime.device_name()
         return self._device
 
-    def _builds(self, workload: Workload, configs: Sequence[Config]) -> list[dict]:
-        n = self.options.n_parallel or os.cpu_count() or 1
-        if n == 1 or len(configs) == 1:
-            return [build(self.target, self.runtime_kwargs, workload, c) for c in configs]
-        out: list = [None] * len(configs)
-        pending = list(range(len(configs)))
-        while pending:  # each round settles at least its first config, so this ends
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(n, mp_context=_CTX)
-            futures = [(i, self._pool.submit(build, self.target, self.runtime_kwargs, workload,
-                                             configs[i])) for i in pending]
-            pending, lost = [], False
-            for i, f in futures:
-                if lost:  # the builders were killed or died: keep what finished, redo the rest
-                    if f.done() and not f.cancelled() and f.exception() is None:
-                        out[i] = f.result()
-                    else:
-                        pending.append(i)
-                    continue
-                try:
-                    out[i] = f.result(timeout=self.options.build_timeout)
-                except FutureTimeout:
-                    out[i] = {"error": ErrorCode.BUILD_TIMEOUT, "time": self.options.build_timeout,
-                              "msg": f"build took over {self.options.build_timeout:g} s"}
-                    # a stuck compiler would hold its builder (and close()) for good
-                    self._kill_pool()
-                    lost = True
-                except BrokenProcessPool as e:
-                    self._pool = None
-                    out[i] = {"error": ErrorCode.COMPILE_HOST, "time": 0.0,
-                              "msg": f"the builder process died: {e}"}
-                    lost = True
+    def _build_all(self, method: str, calls: list[tuple]) -> list[BuildResult]:
+        n = min(self.options.n_parallel or available_cpus(), len(calls))
+        if self._builders is None or len(self._builders.children) < n:
+            if self._builders is not None:
+                self._builders.close()
+            self._builders = ChildPool(Builder, self.target, self.runtime_kwargs, size=n,
+                                       name="builder")
+        limit = self.options.build_timeout
+        with self._host_lock.shared():
+            answers = self._builders.map(method, calls, timeout=limit)
+        out = []
+        for ok, value in answers:
+            if ok:
+                out.append(value)
+            elif isinstance(value, ChildTimeout):
+                out.append(BuildResult(ErrorCode.BUILD_TIMEOUT, limit,
+                                       f"build took over {limit:g} s"))
+            else:  # the compiler crashed its process (ChildDied), or the call failed
+                code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
+                out.append(BuildResult(code, 0.0, f"the builder process failed: {value}"[-2000:]))
         return out
 
-    def _kill_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        # ProcessPoolExecutor cannot cancel a running task; terminate its processes instead
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-
-    def run_program(self, workload: Workload, program, config: Config) -> MeasureResult:
+    def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
         """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
         self.runtime.check_available()
-        t0 = time.perf_counter()
-        binary = self.runtime.compile(self.runtime.render(program), program)
-        b = {"error": ErrorCode.NO_ERROR, "program": program, "binary": binary,
-             "time": time.perf_counter() - t0}
-        return self._run(workload, config, b)
+        return self._run(workload, config, self._build_all("build_program", [(program,)])[0])
 
-    def _run(self, workload: Workload, config: Config, b: dict) -> MeasureResult:
-        common = dict(config=config, flops=workload.flops, build_time=b["time"],
+    def _run(self, workload: Workload, config: Config, b: BuildResult) -> MeasureResult:
+        common = dict(config=config, flops=workload.flops, build_time=b.time,
                       timestamp=time.time())
-        if b["error"] != ErrorCode.NO_ERROR:
-            return MeasureResult(costs=(), error=ErrorCode(b["error"]), error_msg=b["msg"],
-                                 **common)
-        opts = self.options
-        r = self._worker.run((workload, b["program"], b["binary"], opts), opts.timeout,
-                             opts.recycle_after)
+        if b.error != ErrorCode.NO_ERROR:
+            return MeasureResult(costs=(), error=b.error, error_msg=b.msg, **common)
+        r = self._time(workload, b)
         return MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
                              error_msg=r["error_msg"], run_time=r["run_time"], **common)
 
+    def _time(self, workload: Workload, b: BuildResult) -> dict:
+        opts, worker = self.options, self._worker
+        if not worker.alive or worker.calls >= opts.recycle_after:
+            worker.start()  # before taking the lock: starting takes a moment
+        t0 = time.perf_counter()
+        with self._timer_lock.exclusive():
+            try:
+                r = worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
+            except ChildTimeout:
+                return {"costs": (), "error": ErrorCode.RUN_TIMEOUT, "run_time": opts.timeout,
+                        "error_msg": f"no result within {opts.timeout:g} s: the kernel hangs or "
+                                     "is too slow"}
+            except (ChildDied, ChildError) as e:
+                worker.kill()
+                return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
+                        "run_time": time.perf_counter() - t0,
+                        "error_msg": f"{e}: the kernel crashed"[-2000:]}
+        if r.get("suspect"):  # the kernel may have damaged the worker: the next one gets a new one
+            worker.kill()
+        return r
+
     def measure(self, workload: Workload, configs: Sequence[Config]) -> list[MeasureResult]:
         self.runtime.check_available()
-        builds = self._builds(workload, configs)
+        if not configs:
+            return []
+        builds = self._build_all("build", [(workload, c) for c in configs])
         return [self._run(workload, c, b) for c, b in zip(configs, builds)]
 
     def close(self) -> None:
         self._worker.kill()
-        self._kill_pool()
+        if self._builders is not None:
+            self._builders.close()
+            self._builders = None
+        self._host_lock.close()
+        self._timer_lock.close()
 
     def __del__(self) -> None:
         try:

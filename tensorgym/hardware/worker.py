@@ -1,8 +1,9 @@
 """The measurement worker: a separate process that loads kernels, checks them against NumPy
 and times them, so a segfault or a hang in generated code kills only this process.
 
-Protocol: the parent sends ``(workload, program, binary, options)`` and receives a dict with
-``costs``, ``error``, ``error_msg`` and ``run_time``.
+Protocol: the parent calls ``KernelWorker.run(workload, program, binary, options)`` in a
+``Child`` process and receives a dict with ``costs``, ``error``, ``error_msg``, ``run_time`` and,
+where the job may have left the process damaged, ``suspect`` (the parent then restarts it).
 """
 from __future__ import annotations
 
@@ -74,18 +75,15 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
             "run_time": time.perf_counter() - t0}
 
 
-def worker_main(conn, target: str, runtime_kwargs: dict, seed: int) -> None:
-    """Entry point of the worker process."""
-    from .runtime import get_runtime
+class KernelWorker:
+    """What the worker process serves (``Child(KernelWorker, target, runtime_kwargs, seed)``):
+    one runtime and the reference inputs and outputs, kept across jobs."""
 
-    runtime = get_runtime(target, **runtime_kwargs)
-    reference = Reference(seed)
-    conn.send("ready")
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if job is None:
-            return
-        conn.send(run_job(runtime, reference, *job))
+    def __init__(self, target: str, runtime_kwargs: dict, seed: int) -> None:
+        from .runtime import get_runtime
+
+        self.runtime = get_runtime(target, **runtime_kwargs)
+        self.reference = Reference(seed)
+
+    def run(self, workload, program, binary, opts) -> dict:
+        return run_job(self.runtime, self.reference, workload, program, binary, opts)

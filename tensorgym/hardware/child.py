@@ -1,0 +1,249 @@
+"""Helper processes that need nothing from the caller and die with it.
+
+multiprocessing's ``spawn`` re-imports the caller's ``__main__``, so a plain script without an
+``if __name__ == "__main__":`` guard could not take a step. A ``Child`` is instead started as
+``python -m tensorgym.hardware.child FD``: it imports only tensorgym, builds one server object
+from a picklable factory, and answers ``(method, args)`` calls over a pipe.
+
+It dies with its parent: its stdin is a pipe that only the parent holds, and a thread in the child
+exits the process when that pipe reaches end-of-file, which happens however the parent ends (a
+``kill -9`` included) and even while the child's main thread is stuck in a kernel (ctypes and the
+compilers release the GIL). Children run in their own session, so a Ctrl-C in a terminal reaches
+only the parent, which then closes them.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Optional, Sequence
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class ChildError(Exception):
+    """The call raised inside the child; the message carries the child's traceback."""
+
+
+class ChildDied(Exception):
+    """The child process ended (crashed, was killed) before it answered."""
+
+
+class ChildTimeout(Exception):
+    """The child did not answer in time; it has been killed."""
+
+
+class Child:
+    """One helper process serving the object ``factory(*args)``."""
+
+    def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child") -> None:
+        self.factory, self.args, self.name = factory, args, name
+        self.proc: Optional[subprocess.Popen] = None
+        self.conn: Optional[Connection] = None
+        self.calls = 0  # calls answered since the last start
+        self.busy = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.spawn()
+        self.handshake(timeout)
+
+    def spawn(self) -> None:
+        """Start the process; ``handshake`` waits for it (so a pool starts its children at once)."""
+        self.kill()
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tensorgym.hardware.child", str(theirs.fileno())],
+                stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=env,
+                start_new_session=True)
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.busy = False
+
+    def handshake(self, timeout: float = 120.0) -> None:
+        try:
+            self.conn.send(list(sys.path))  # first, so the factory unpickles as it would here
+            self.conn.send((self.factory, self.args))
+            status, value = self._recv(timeout)
+        except (ChildDied, ChildTimeout, OSError) as e:
+            self.kill()
+            raise ChildDied(f"the {self.name} process did not start: {e}") from None
+        if status != "ok":
+            self.kill()
+            raise ChildDied(f"the {self.name} process did not start:\n{value}")
+        self.calls = 0
+
+    def send(self, method: str, *args: Any) -> None:
+        """Start a call; ``result`` collects it (lets a pool keep several children busy)."""
+        if not self.alive:
+            self.start()
+        try:
+            self.conn.send((method, args))
+        except OSError as e:
+            self.kill()
+            raise ChildDied(f"the {self.name} process is gone: {e}") from None
+        self.busy = True
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """The answer of the call in flight; kills the child on a timeout or a lost pipe."""
+        try:
+            status, value = self._recv(timeout)
+        except (ChildDied, ChildTimeout):
+            self.kill()
+            raise
+        self.busy = False
+        self.calls += 1
+        if status != "ok":
+            raise ChildError(value)
+        return value
+
+    def call(self, method: str, *args: Any, timeout: Optional[float] = None) -> Any:
+        self.send(method, *args)
+        return self.result(timeout)
+
+    def _recv(self, timeout: Optional[float]) -> tuple:
+        try:
+            if not self.conn.poll(timeout):
+                raise ChildTimeout(f"the {self.name} process gave no answer within {timeout:g} s")
+            return self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.wait(5) if self.proc is not None else None
+            raise ChildDied(f"the {self.name} process died (exit code {code})") from None
+
+    def kill(self) -> None:
+        proc, conn = self.proc, self.conn
+        self.proc = self.conn = None
+        self.busy = False
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+
+    close = kill
+
+    def __del__(self) -> None:
+        try:
+            self.kill()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class ChildPool:
+    """``size`` children serving the same object; ``map`` spreads calls over them."""
+
+    def __init__(self, factory: Callable[..., Any], *args: Any, size: int,
+                 name: str = "child") -> None:
+        self.children = [Child(factory, *args, name=name) for _ in range(max(1, size))]
+
+    def map(self, method: str, calls: Sequence[tuple], timeout: Optional[float] = None,
+            on_timeout: Optional[Callable[[int], Any]] = None) -> list[tuple[bool, Any]]:
+        """Run ``method(*args)`` for every ``args`` in ``calls``; returns ``(True, value)`` or
+        ``(False, exception)`` per call, in order. A call that runs past ``timeout`` seconds
+        kills its child (a new one takes the next call)."""
+        out: list = [None] * len(calls)
+        todo = list(range(len(calls)))[::-1]
+        running: dict[int, tuple[Child, int, float]] = {}  # id(child) -> (child, call, deadline)
+        idle = list(self.children)
+        while todo or running:
+            self._start([c for c in idle[-len(todo):] if not c.alive] if todo else [])
+            while todo and idle:
+                child, i = idle.pop(), todo.pop()
+                try:
+                    child.send(method, *calls[i])
+                except ChildDied as e:
+                    out[i] = (False, e)
+                    idle.append(child)
+                    continue
+                deadline = time.monotonic() + timeout if timeout is not None else None
+                running[id(child)] = (child, i, deadline)
+            deadlines = [d for _, _, d in running.values() if d is not None]
+            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            ready = wait([c.conn for c, _, _ in running.values()], wait_s)
+            now = time.monotonic()
+            for key, (child, i, deadline) in list(running.items()):
+                if child.conn in ready:
+                    try:
+                        out[i] = (True, child.result(0))
+                    except (ChildError, ChildDied, ChildTimeout) as e:
+                        out[i] = (False, e)
+                elif deadline is not None and now >= deadline:
+                    child.kill()
+                    out[i] = (False, ChildTimeout(f"no answer within {timeout:g} s"))
+                else:
+                    continue
+                del running[key]
+                idle.append(child)
+        return out
+
+    @staticmethod
+    def _start(children: list[Child]) -> None:
+        """Start dead children side by side, so that no call's clock runs while others start."""
+        for child in children:
+            child.spawn()
+        for child in children:
+            try:
+                child.handshake()
+            except ChildDied:
+                pass  # send() tries once more and reports it on the call
+
+    def close(self) -> None:
+        for child in self.children:
+            child.kill()
+
+
+# ---------------------------------------------------------------- the child's side
+
+
+def _exit_with_parent() -> None:
+    """End this process as soon as the parent's end of stdin closes."""
+    try:
+        while os.read(0, 65536):
+            pass
+    finally:
+        os._exit(0)
+
+
+def serve(conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+    try:
+        sys.path[:] = conn.recv()
+        factory, args = conn.recv()
+        server = factory(*args)
+    except EOFError:
+        return
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            method, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = ("ok", getattr(server, method)(*args))
+        except BaseException:  # noqa: BLE001
+            reply = ("error", traceback.format_exc())
+        conn.send(reply)
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1])))

@@ -1,0 +1,175 @@
+"""The process model: helper processes need nothing from the caller's script and die with it."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tensorgym.hardware.child import Child, ChildDied, ChildPool, ChildTimeout
+from tensorgym.hardware.host import DeviceLock, available_cpus
+
+STEP = textwrap.dedent("""
+    import gymnasium as gym
+    import tensorgym
+    env = gym.make("TensorSched-v0", workload=tensorgym.matmul(16, 8, 12), target="cpu")
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    u = env.unwrapped
+    rows = u.featurize(u.space.sample(u.np_random, 300))  # big enough for helper processes
+    print("ok", info["error"], rows.shape[0])
+""")
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[:3] == ["ok", "NO_ERROR", "300"], proc.stdout
+
+
+def test_a_script_without_a_main_guard_takes_a_step(tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(STEP)
+    _ok(subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300))
+
+
+def test_code_from_stdin_and_from_c_takes_a_step(tmp_path):
+    _ok(subprocess.run([sys.executable, "-"], input=STEP, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300))
+    _ok(subprocess.run([sys.executable, "-c", STEP], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300))
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+HANG = textwrap.dedent("""
+    import sys
+    from tensorgym import loopast as A
+    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import matmul
+    import numpy as np
+    w = matmul(8, 8, 8)
+    a, b, c = (A.Buffer(n, (8, 8)) for n in "ABC")
+    i = A.LoopVar("i")
+    row = A.BinOp("%", i, A.IntImm(8))
+    body = A.For(i, 10**15, "serial", A.Store(c, (row, A.IntImm(0)),
+                 A.BinOp("+", A.Load(c, (row, A.IntImm(0))), A.Load(a, (row, A.IntImm(1))))))
+    m = Measurer("cpu", MeasureOptions(timeout=600, n_parallel=2))
+    configs = space_for(w, "cpu").sample(np.random.default_rng(0), 4)
+    m.measure(w, configs)  # starts both builders and the worker
+    print("hanging", flush=True)
+    m.run_program(w, A.Program("hang", (a, b, c), (), body), configs[0])
+""")
+
+
+def test_kill_9_leaves_no_child_alive_even_with_a_hanging_kernel(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", HANG], cwd=tmp_path, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "hanging"
+        time.sleep(1.0)  # the kernel is spinning in the worker now
+        kids = _children(proc.pid)
+        assert len(kids) >= 3  # two builders and the worker
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [k for k in kids if _alive(k)]
+
+
+class Echo:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def echo(self, x):
+        return self.prefix + str(x)
+
+    def sleep(self, s: float) -> float:
+        time.sleep(s)
+        return s
+
+    def fail(self):
+        raise ValueError("boom")
+
+    def die(self):
+        os._exit(3)
+
+
+def test_child_calls_errors_deaths_and_timeouts():
+    child = Child(Echo, "> ")
+    try:
+        assert child.call("echo", 1) == "> 1"
+        with pytest.raises(Exception, match="boom"):
+            child.call("fail")
+        assert child.call("echo", 2) == "> 2"  # an error in a call leaves the child serving
+        with pytest.raises(ChildDied, match="exit code 3"):
+            child.call("die")
+        with pytest.raises(ChildTimeout):
+            child.call("sleep", 30, timeout=0.5)
+        assert not child.alive
+        assert child.call("echo", 3) == "> 3"  # started again on demand
+    finally:
+        child.kill()
+
+
+def test_pool_keeps_order_and_reports_each_failure_on_its_own_call():
+    pool = ChildPool(Echo, "", size=2)
+    try:
+        out = pool.map("sleep", [(0.01,), (30,), (0.02,), (0.03,)], timeout=3)
+        assert [ok for ok, _ in out] == [True, False, True, True]
+        assert isinstance(out[1][1], ChildTimeout)
+        assert [v for ok, v in out if ok] == [0.01, 0.02, 0.03]
+    finally:
+        pool.close()
+
+
+def test_available_cpus_follows_the_affinity_mask():
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
+                          "from tensorgym.hardware.host import available_cpus as a; print(a())"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 and "taskset" in out.stderr:
+        pytest.skip(f"taskset is not usable here: {out.stderr}")
+    assert out.stdout.strip() == "1"
+    assert 1 <= available_cpus() <= (os.cpu_count() or 1)
+
+
+def test_timed_runs_exclude_each_other_and_builds(tmp_path):
+    a, b = DeviceLock("host", tmp_path), DeviceLock("host", tmp_path)
+    import fcntl
+
+    with a.exclusive():
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(b._file(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    with a.shared():
+        fcntl.flock(b._file(), fcntl.LOCK_SH | fcntl.LOCK_NB)  # builds share
+        fcntl.flock(b._file(), fcntl.LOCK_UN)
+    a.close()
+    b.close()
