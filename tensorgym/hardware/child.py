@@ -48,6 +48,7 @@ class Child:
         self.conn: Optional[Connection] = None
         self.calls = 0  # calls answered since the last start
         self.busy = False
+        self.owner = os.getpid()
 
     @property
     def alive(self) -> bool:
@@ -71,6 +72,7 @@ class Child:
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
+        self.owner = os.getpid()
         self.busy = False
 
     def handshake(self, timeout: float = 120.0) -> None:
@@ -127,6 +129,8 @@ class Child:
         proc, conn = self.proc, self.conn
         self.proc = self.conn = None
         self.busy = False
+        if proc is not None and self.owner != os.getpid():
+            return  # a forked copy of the owner: the process is not ours to end
         if conn is not None:
             conn.close()
         if proc is not None:
