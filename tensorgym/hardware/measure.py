@@ -10,8 +10,12 @@ kept in ``costs``.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import inspect
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import ErrorCode, InvalidConfigError
@@ -20,6 +24,7 @@ from ..space import Config
 from ..templates import canonical_target
 from ..workloads import Workload
 from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
+from .compile_cache import CompileCache, source_key
 from .host import DeviceLock, available_cpus
 from .result import MeasureResult
 from .runtime import get_runtime
@@ -39,6 +44,7 @@ class MeasureOptions:
     seed: int = 0  # of the random inputs
     recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
     slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
+    compile_cache: bool = True  # reuse binaries of sources compiled before on this machine
 
 
 # ---------------------------------------------------------------- build (in builder processes)
@@ -51,15 +57,20 @@ class BuildResult:
     msg: str = ""
     program: Optional[Program] = None
     binary: Any = None
+    key: str = ""  # hash of the source and the compiler: equal keys are the same kernel
+    cached: bool = False  # the binary came from the compile cache
 
 
 class Builder:
     """What a builder process serves: lower, render and compile. Never raises for a bad config or
-    a compiler error: those come back as error codes."""
+    a compiler error: those come back as error codes. A source compiled before on this machine
+    comes from the compile cache."""
 
-    def __init__(self, target: str, runtime_kwargs: dict) -> None:
+    def __init__(self, target: str, runtime_kwargs: dict, compile_cache: bool = True) -> None:
         self.target = target
         self.runtime = get_runtime(target, **runtime_kwargs)
+        self.fingerprint = _compiler_fingerprint(self.runtime, runtime_kwargs)
+        self.cache = CompileCache() if compile_cache and self.fingerprint else None
 
     def build(self, workload: Workload, config: Config) -> BuildResult:
         from ..lower import lower
@@ -80,14 +91,43 @@ class Builder:
         return self._compile(program, time.perf_counter())
 
     def _compile(self, program: Program, t0: float) -> BuildResult:
+        code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
         try:
-            binary = self.runtime.compile(self.runtime.render(program), program)
+            source = self.runtime.render(program)
         except Exception as e:  # noqa: BLE001
-            code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
-            return BuildResult(code, time.perf_counter() - t0,
-                               f"{type(e).__name__}: {e}"[-2000:])
+            return BuildResult(code, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[-2000:])
+        key = source_key(self.fingerprint, source)
+        binary = self.cache.get(key) if self.cache is not None else None
+        if binary is not None:
+            return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
+                               binary=binary, key=key, cached=True)
+        try:
+            binary = self.runtime.compile(source, program)
+        except Exception as e:  # noqa: BLE001
+            return BuildResult(code, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[-2000:],
+                               key=key)
+        if self.cache is not None:
+            self.cache.put(key, binary)
         return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
-                           binary=binary)
+                           binary=binary, key=key)
+
+
+def _compiler_fingerprint(runtime, runtime_kwargs: dict) -> str:
+    """What decides a binary besides its source: the device, the runtime's own code (its compiler
+    passes and options) and the compiler packages. Empty where the device cannot be named."""
+    try:
+        device = runtime.device_name()
+        code = Path(inspect.getsourcefile(type(runtime))).read_bytes()
+    except Exception:  # noqa: BLE001 - no device here: no caching rather than a wrong binary
+        return ""
+    versions = []
+    for package in ("llvmlite", "pyopencl", "cuda-python"):
+        try:
+            versions.append(f"{package}={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    digest = hashlib.sha256(code).hexdigest()[:16]
+    return f"{runtime.target}|{device}|{sorted(runtime_kwargs.items())}|{digest}|{versions}"
 
 
 def _timer_key(target: str, runtime_kwargs: dict) -> str:
@@ -132,8 +172,8 @@ class Measurer:
         if self._builders is None or len(self._builders.children) < n:
             if self._builders is not None:
                 self._builders.close()
-            self._builders = ChildPool(Builder, self.target, self.runtime_kwargs, size=n,
-                                       name="builder")
+            self._builders = ChildPool(Builder, self.target, self.runtime_kwargs,
+                                       self.options.compile_cache, size=n, name="builder")
         limit = self.options.build_timeout
         with self._host_lock.shared():
             answers = self._builders.map(method, calls, timeout=limit)
@@ -156,7 +196,7 @@ class Measurer:
 
     def _run(self, workload: Workload, config: Config, b: BuildResult) -> MeasureResult:
         common = dict(config=config, flops=workload.flops, build_time=b.time,
-                      timestamp=time.time())
+                      timestamp=time.time(), extra={"compile_cache": True} if b.cached else {})
         if b.error != ErrorCode.NO_ERROR:
             return MeasureResult(costs=(), error=b.error, error_msg=b.msg, **common)
         r = self._time(workload, b)
@@ -189,7 +229,18 @@ class Measurer:
         if not configs:
             return []
         builds = self._build_all("build", [(workload, c) for c in configs])
-        return [self._run(workload, c, b) for c, b in zip(configs, builds)]
+        out: list[MeasureResult] = []
+        timed: dict[str, MeasureResult] = {}  # configs that lower to the same kernel share a run
+        for c, b in zip(configs, builds):
+            first = timed.get(b.key) if b.key and b.error == ErrorCode.NO_ERROR else None
+            if first is not None:
+                out.append(replace(first, config=c, build_time=b.time,
+                                   extra={**first.extra, "same_kernel_as": first.config.index}))
+                continue
+            out.append(self._run(workload, c, b))
+            if b.key:
+                timed[b.key] = out[-1]
+        return out
 
     def close(self) -> None:
         self._worker.kill()
