@@ -5,14 +5,22 @@ all timed runtimes and its validity/error, next to the device fingerprint and so
 of the machine that measured it. A document holds a list of runs; ``merge`` joins documents from
 several runs and machines (runs are deduplicated by ``run_id``).
 
+Reading checks every field's type (ints are accepted for floats; null stands for a non-finite
+float). ``load(path, malformed=[...])`` keeps reading past a malformed run or entry and lists it
+there instead of failing the whole document (validation reports each one).
+
     {"schema": "tensorgym-results", "schema_version": "1.0",
      "runs": [{"run_id", "created", "device": {...}, "software": {...}, "suite": {...},
                "vendor": [VendorResult...], "entries": [Entry...]}]}
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -156,20 +164,30 @@ class ResultsDoc:
         return path
 
     @classmethod
-    def from_json(cls, obj: Any) -> "ResultsDoc":
+    def from_json(cls, obj: Any, malformed: "list[Malformed] | None" = None) -> "ResultsDoc":
+        """Raises ResultsError on the first malformed run or entry, or, given a ``malformed``
+        list, appends each one there and reads on."""
         if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
             raise ResultsError(f"not a {SCHEMA} document")
         major = str(obj.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             raise ResultsError(f"schema version {obj.get('schema_version')!r} is not supported "
                                f"(this tensorgym reads {SCHEMA_VERSION})")
-        try:
-            return cls([_run_from_json(r) for r in obj["runs"]])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ResultsError(f"malformed results document: {type(e).__name__}: {e}") from None
+        if not isinstance(obj.get("runs"), list):
+            raise ResultsError("malformed results document: 'runs' is not a list")
+        runs = []
+        for i, r in enumerate(obj["runs"]):
+            try:
+                runs.append(_run_from_json(r, f"runs[{i}]", malformed))
+            except ResultsError as e:
+                if malformed is None:
+                    raise ResultsError(f"malformed results document: {e}") from None
+                malformed.append(Malformed.of(f"runs[{i}]", r, None, str(e)))
+        return cls(runs)
 
     @classmethod
-    def load(cls, path: "str | Path") -> "ResultsDoc":
+    def load(cls, path: "str | Path",
+             malformed: "list[Malformed] | None" = None) -> "ResultsDoc":
         try:
             obj = json.loads(Path(path).read_text())
         except OSError as e:
@@ -177,7 +195,7 @@ class ResultsDoc:
         except ValueError as e:
             raise ResultsError(f"{path} is not JSON: {e}") from None
         try:
-            return cls.from_json(obj)
+            return cls.from_json(obj, malformed)
         except ResultsError as e:
             raise ResultsError(f"{path}: {e}") from None
 
@@ -185,6 +203,33 @@ class ResultsDoc:
         for run in self.runs:
             for e in run.entries:
                 yield run, e
+
+
+@dataclass
+class Malformed:
+    """A run or entry that could not be read (wrong types, missing fields): kept out of the
+    document, reported by validation."""
+
+    where: str  # e.g. "runs[0].entries[3]"
+    run_id: str
+    agent: str
+    seed: str
+    message: str
+
+    @classmethod
+    def of(cls, where: str, run: Any, entry: Any, message: str) -> "Malformed":
+        def get(obj: Any, key: str) -> str:
+            return str(obj.get(key, "?")) if isinstance(obj, dict) else "?"
+
+        return cls(where, get(run, "run_id"), get(entry, "agent"), get(entry, "seed"), message)
+
+
+def entry_digest(run: Run, entry: Entry) -> str:
+    """A fingerprint of an entry and the device it claims: a validation verdict applies to
+    exactly this content (edit one number and the verdict no longer matches)."""
+    text = json.dumps(_clean({"run_id": run.run_id, "device": run.device,
+                              "entry": asdict(entry)}), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def merge(docs: Iterable[ResultsDoc]) -> ResultsDoc:
@@ -210,15 +255,60 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _entry_from_json(e: dict) -> Entry:
-    e = dict(e)
-    e["trials"] = [Trial(**t) for t in e["trials"]]
-    e["best"] = Best(**e["best"]) if e.get("best") else None
-    return Entry(**e)
+def _typed(value: Any, tp: Any, where: str) -> Any:
+    """``value`` checked against the annotation ``tp`` (dataclasses built recursively)."""
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):  # X | None
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _typed(value, inner, where)
+    if origin is list and isinstance(value, list):
+        return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict):
+        return dict(value)
+    if tp is float and value is None:
+        return math.nan  # _clean wrote a non-finite float as null
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and isinstance(value, tp) and not (
+            tp is int and isinstance(value, bool)):
+        return value
+    want = getattr(tp, "__name__", str(tp))
+    raise ResultsError(f"{where}: expected {want}, got {type(value).__name__} {value!r:.40}")
 
 
-def _run_from_json(r: dict) -> Run:
-    r = dict(r)
-    r["entries"] = [_entry_from_json(e) for e in r.get("entries", [])]
-    r["vendor"] = [VendorResult(**v) for v in r.get("vendor", [])]
-    return Run(**r)
+def _build(cls: Any, obj: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{where}: expected an object, got {type(obj).__name__}")
+    hints = typing.get_type_hints(cls)
+    fs = [f for f in dataclasses.fields(cls) if f.name not in skip]
+    unknown = sorted(set(obj) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ResultsError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    kwargs = {}
+    for f in fs:
+        if f.name in obj:
+            kwargs[f.name] = _typed(obj[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ResultsError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _run_from_json(r: Any, where: str, malformed: "list[Malformed] | None") -> Run:
+    run = _build(Run, r, where, skip=("entries",))
+    entries = r.get("entries", [])
+    if not isinstance(entries, list):
+        raise ResultsError(f"{where}.entries: expected a list")
+    for i, e in enumerate(entries):
+        try:
+            run.entries.append(_build(Entry, e, f"{where}.entries[{i}]"))
+        except ResultsError as ex:
+            if malformed is None:
+                raise
+            malformed.append(Malformed.of(f"{where}.entries[{i}]", r, e, str(ex)))
+    return run

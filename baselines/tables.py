@@ -3,6 +3,8 @@ mean, as Markdown or CSV.
 
 A task is (workload, target, device): GFLOP/s from different devices are never compared. The
 "best known" config of a task is the fastest trial any agent found for it in the document.
+``validated`` (a set of ``entry_digest``s, see ``validate.screen``) marks the entries whose best
+was re-measured on this machine; the others are shown as claims.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import io
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, fields
+from typing import Collection
 
 from .metrics import geomean, normalized_auc, trials_to_reach
-from .results import Entry, ResultsDoc, Run
+from .results import Entry, ResultsDoc, Run, entry_digest
 
 Task = tuple[str, str, str]  # workload, target, device
 
@@ -30,6 +33,7 @@ class TaskRow:
     device: str
     agent: str
     seeds: int
+    validated: int  # how many of the seeds' entries were re-measured here and reproduced
     budget: int
     best_gflops: float  # mean over seeds of the re-measured best
     best_gflops_std: float
@@ -50,6 +54,8 @@ class AgentRow:
     rank: int
     agent: str
     tasks: int
+    entries: int
+    validated: int
     geomean_frac_of_best: float
     geomean_speedup_vs_vendor: "float | None"
     mean_auc: float
@@ -62,7 +68,7 @@ def _reported(e: Entry) -> float:
     return max(e.curve(), default=0.0)
 
 
-def task_rows(doc: ResultsDoc) -> list[TaskRow]:
+def task_rows(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> list[TaskRow]:
     groups: dict[Task, dict[str, list[tuple[Run, Entry]]]] = defaultdict(lambda: defaultdict(list))
     for run, e in doc.entries():
         groups[(e.label or e.workload, e.target, device_name(run))][e.agent].append((run, e))
@@ -83,6 +89,8 @@ def task_rows(doc: ResultsDoc) -> list[TaskRow]:
             reached = [r for r in reach if r is not None]
             rows.append(TaskRow(
                 task=f"{workload}@{target}", device=device, agent=agent, seeds=len(items),
+                validated=sum(entry_digest(r, e) in validated for r, e in items)
+                if validated else 0,
                 budget=max(e.budget for _, e in items), best_gflops=mean_best,
                 best_gflops_std=statistics.pstdev(reported) if len(reported) > 1 else 0.0,
                 frac_of_best=mean_best / best_reported if best_reported > 0 else 0.0,
@@ -107,7 +115,8 @@ def agent_rows(rows: list[TaskRow]) -> list[AgentRow]:
     out = []
     for agent, rs in by_agent.items():
         speedups = [r.speedup_vs_vendor for r in rs if r.speedup_vs_vendor]
-        out.append(AgentRow(0, agent, len(rs), geomean(r.frac_of_best for r in rs),
+        out.append(AgentRow(0, agent, len(rs), sum(r.seeds for r in rs),
+                            sum(r.validated for r in rs), geomean(r.frac_of_best for r in rs),
                             geomean(speedups) if speedups else None,
                             statistics.fmean(r.auc for r in rs),
                             sum(r.wall_s for r in rs)))
@@ -125,38 +134,56 @@ def _fmt(v: object, digits: int = 2) -> str:
     return str(v)
 
 
-def markdown(doc: ResultsDoc) -> str:
-    rows = task_rows(doc)
+def _validated(n: int, of: int) -> str:
+    return f"{n}/{of}" + ("" if n == of else " *")
+
+
+def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
+             rejected: "list[tuple[str, str]] | None" = None) -> str:
+    """``rejected``: (entry, reason) pairs left out of the ranking, listed after it."""
+    rows = task_rows(doc, validated)
     if not rows:
-        return "(no results)\n"
+        return "\n".join(["(no results)"] + _rejected(rejected or [])) + "\n"
     lines = ["## Leaderboard (geometric mean over tasks)", "",
-             "| rank | agent | tasks | geomean best/best-reported | geomean speedup vs vendor "
-             "| mean AUC | wall s |", "|---|---|---|---|---|---|---|"]
+             "validated: entries re-measured on this machine by `tensorgym validate` and "
+             "reproduced; * marks rows that hold unvalidated claims.", "",
+             "| rank | agent | tasks | validated | geomean best/best-reported "
+             "| geomean speedup vs vendor | mean AUC | wall s |",
+             "|---|---|---|---|---|---|---|---|"]
     for a in agent_rows(rows):
-        lines.append(f"| {a.rank} | {a.agent} | {a.tasks} | {_fmt(a.geomean_frac_of_best, 3)} "
+        lines.append(f"| {a.rank} | {a.agent} | {a.tasks} | {_validated(a.validated, a.entries)} "
+                     f"| {_fmt(a.geomean_frac_of_best, 3)} "
                      f"| {_fmt(a.geomean_speedup_vs_vendor)} | {_fmt(a.mean_auc, 3)} "
                      f"| {_fmt(a.wall_s, 1)} |")
     lines += ["", "## Per task (mean over seeds; best re-measured)", "",
-              "| task | device | agent | seeds | budget | best GFLOP/s | vs vendor "
+              "| task | device | agent | seeds | validated | budget | best GFLOP/s | vs vendor "
               "| trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.2f})"
                   if r.speedup_vs_vendor else "-")
         reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
         lines.append(
-            f"| {r.task} | {r.device} | {r.agent} | {r.seeds} | {r.budget} "
+            f"| {r.task} | {r.device} | {r.agent} | {r.seeds} "
+            f"| {_validated(r.validated, r.seeds)} | {r.budget} "
             f"| {r.best_gflops:.2f} ± {r.best_gflops_std:.2f} | {vendor} | {reach} "
             f"| {r.auc:.3f} | {r.failures:.1f} | {r.wall_s:.1f} | {r.build_s:.1f} "
             f"| {r.measure_s:.1f} | {r.search_s:.2f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _rejected(rejected or [])) + "\n"
 
 
-def csv_text(doc: ResultsDoc) -> str:
+def _rejected(rejected: list[tuple[str, str]]) -> list[str]:
+    if not rejected:
+        return []
+    return ["", "## Not ranked", "", "| entry | why |", "|---|---|"] + [
+        f"| {name} | {why.replace('|', '/')} |" for name, why in rejected]
+
+
+def csv_text(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
     names = [f.name for f in fields(TaskRow)]
     writer.writerow(names)
-    for r in task_rows(doc):
+    for r in task_rows(doc, validated):
         writer.writerow(["" if getattr(r, n) is None else getattr(r, n) for n in names])
     return buf.getvalue()

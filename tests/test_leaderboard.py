@@ -1,5 +1,5 @@
-"""Results documents (schema round-trip, merge), the tables and plots built from them, and
-validation flagging a doctored claim."""
+"""Results documents (schema round-trip, typed reading, merge), the tables and plots built from
+them, and the static checks of validation (re-measurement: tests/test_validate.py)."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,11 @@ import pytest
 
 from tensorgym.baselines import get_agent
 from tensorgym.baselines.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
-from tensorgym.baselines.results import (Best, Entry, ResultsDoc, ResultsError, Run, Trial,
-                                         VendorResult, merge)
+from tensorgym.baselines.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
+                                         Trial, VendorResult, entry_digest, merge)
 from tensorgym.baselines.suites import SUITES, get_suite
 from tensorgym.baselines import tables
-from tensorgym.baselines.validate import validate
+from tensorgym.baselines.validate import problems, screen
 from tensorgym.errors import TensorGymError
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, get_workload
@@ -120,22 +120,43 @@ def test_plots_write_pngs(tmp_path):
     assert len(paths) == 1 and paths[0].read_bytes()[:4] == b"\x89PNG"
 
 
-def test_validate_flags_a_doctored_claim(monkeypatch):
-    doc = ResultsDoc([synthetic_run(agents=("random",), seeds=(0,))])
-    entry = doc.runs[0].entries[0]
-    honest_costs = entry.best.runtimes
-    monkeypatch.setattr("tensorgym.baselines.validate.device_info",
-                        lambda target, threads: {"name": "cpu/test/1t"})
+def test_static_checks_accept_consistent_entries_and_flag_doctored_ones():
+    run = synthetic_run(agents=("random",), seeds=(0,))
+    entry = run.entries[0]
+    assert problems(entry) == []
+    entry.trials[3].gflops *= 2
+    assert problems(entry)[0] == (f"trial 3: {entry.trials[3].gflops:.4g} GFLOP/s, its "
+                                  f"runtimes give {entry.trials[3].gflops / 2:.4g}")
+    entry.trials[3].gflops /= 2
+    entry.best.gflops *= 3
+    assert [p.split(",")[0] for p in problems(entry)] == [f"best.gflops {entry.best.gflops:.4g}"]
 
-    def remeasure(workload, target, config, repeats, threads):
-        assert threads == 1  # the run's thread count, from its device fingerprint
-        assert config == entry.best.config
-        return honest_costs * repeats, ""
 
-    assert [c.status for c in validate(doc, measure=remeasure)] == ["ok"]
-    entry.best.gflops *= 3  # claim three times the speed that was measured
-    checks = validate(doc, measure=remeasure)
-    assert checks[0].status == "NOT REPRODUCED" and checks[0].ratio == pytest.approx(1 / 3)
+def test_typed_loading_names_the_bad_field(tmp_path):
+    doc = ResultsDoc([synthetic_run(agents=("random",), seeds=(0, 1))]).to_json()
+    doc["runs"][0]["entries"][1]["trials"][2]["runtimes"] = ["0.001"]
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=r"entries\[1\]\.trials\[2\]\.runtimes\[0\]: "
+                                           "expected float, got str"):
+        ResultsDoc.load(p)
+    malformed = []
+    loaded = ResultsDoc.load(p, malformed)  # the rest of the document is still read
+    assert len(loaded.runs[0].entries) == 1 and loaded.runs[0].entries[0].seed == 0
+    assert [(m.where, m.agent, m.seed) for m in malformed] == [
+        ("runs[0].entries[1]", "random", "1")]
+
+
+def test_tables_mark_validated_entries():
+    run = synthetic_run(agents=("random",), seeds=(0, 1))
+    doc = ResultsDoc([run])
+    assert tables.task_rows(doc)[0].validated == 0
+    digest = entry_digest(run, run.entries[0])
+    assert tables.task_rows(doc, {digest})[0].validated == 1
+    assert "| 1 | random | 1 | 1/2 * |" in tables.markdown(doc, {digest})
+    board = screen(doc, malformed=[Malformed("runs[1]", "r", "?", "?", "missing field 'x'")])
+    assert board.rejected == [("runs[1] of run r", "missing field 'x'")]
+    assert "## Not ranked" in tables.markdown(board.doc, board.validated, board.rejected)
 
 
 def test_suites():
