@@ -141,8 +141,11 @@ class ModelTuner:
             return self.batch_size
         return int(min(64, max(8, n_trials // 8)))
 
-    def tune(self, env, n_trials: int, seed: int = 0,
-             callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
+    def tune(self, env, n_trials: int, seed: int = 0, callbacks: Iterable[Callback] = (),
+             prior: Sequence[MeasureResult] = ()) -> list[MeasureResult]:
+        """Measure up to ``n_trials`` new configs. ``prior``: results of this task measured
+        before (e.g. ``Records.results``): they train the model and are never measured again,
+        like the env's own history."""
         if n_trials < 0:
             raise ValueError("n_trials must be >= 0")
         u = env.unwrapped
@@ -156,7 +159,7 @@ class ModelTuner:
         annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps, self.sa_early_stop,
                                     seed=rng.spawn(1)[0])
         # measurements the env already holds train the model and are never re-measured
-        known = [r for r in (getattr(u, "history", None) or [])
+        known = [r for r in [*prior, *(getattr(u, "history", None) or [])]
                  if r.config.space_name == space.name]
         measured = {r.config.index for r in known}
         data_configs = [r.config for r in known]

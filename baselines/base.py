@@ -59,20 +59,33 @@ class BatchSearchAgent(Agent):
     def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Learn from a measured batch (default: nothing to learn)."""
 
-    def tune(self, env: Any, n_trials: int, seed: int = 0,
-             callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
+    def tune(self, env: Any, n_trials: int, seed: int = 0, callbacks: Iterable[Callback] = (),
+             prior: Sequence[MeasureResult] = ()) -> list[MeasureResult]:
+        """``prior``: results of this task measured before (e.g. ``Records.results``); they are
+        told to the agent first and never measured again."""
         n_trials = check_budget(n_trials)
         callbacks = list(callbacks)
         base = env.unwrapped
         self.reset(base.space, np.random.default_rng(seed), n_trials)
+        prior = [r for r in prior if r.config.space_name == base.space.name]
+        if prior:
+            self.tell([r.config for r in prior], prior)
+        known = {r.config.index for r in prior}
+        proposed = 0
         history: list[MeasureResult] = []
         self.search_time = 0.0
         while len(history) < n_trials:
             t0 = time.perf_counter()
-            configs = self.ask(min(self.batch_size, n_trials - len(history)))
+            asked = self.ask(min(self.batch_size, n_trials - len(history)))
+            proposed += len(asked)
+            configs = [c for c in asked if c.index not in known]
             self.search_time += time.perf_counter() - t0
             if not configs:
+                # ask never repeats itself: a space's worth of proposals means it ran out
+                if asked and proposed < base.space.size:
+                    continue  # only configs measured before: ask again
                 break  # the whole space has been measured
+            known.update(c.index for c in configs)
             results = list(base.measure(configs))
             t0 = time.perf_counter()
             self.tell(configs, results)

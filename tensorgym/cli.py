@@ -7,6 +7,7 @@ only inside the commands that need an agent or the leaderboard.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -87,7 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                    help="an agent option (repeatable), e.g. --opt batch_size=4")
-    t.add_argument("--db", help="records database path (default: the user cache dir)")
+    t.add_argument("--db", help="records database path (default: the user cache dir); "
+                   "earlier measurements of this task in it are reused, never re-measured")
+    reuse = t.add_mutually_exclusive_group()
+    reuse.add_argument("--resume", action="store_true", help="count the earlier measurements "
+                       "of this task toward --trials (continue a killed tune)")
+    reuse.add_argument("--fresh", action="store_true", help="ignore earlier measurements: "
+                       "measure every trial now")
     t.add_argument("--threads", type=_non_negative, default=0,
                    help="CPU threads of the kernels' parallel loops (default: all cores)")
     t.add_argument("--export-source", metavar="FILE", help="write the best kernel's source")
@@ -112,16 +119,43 @@ def build_parser() -> argparse.ArgumentParser:
     show = lsub.add_parser("show", help="merge results documents and print the leaderboard")
     show.add_argument("results", nargs="+")
     show.add_argument("--out", help="also write the merged document here")
+    show.add_argument("--validation", action="append", default=[], metavar="REPORT",
+                      help="a report of `tensorgym validate --out` (repeatable): entries it "
+                      "reproduced are marked validated, entries it rejected are not ranked")
+    show.add_argument("--validated-only", action="store_true",
+                      help="rank only validated entries")
     _output_args(show)
 
-    v = sub.add_parser("validate", help="re-measure best configs of a results file here")
-    v.add_argument("results")
-    v.add_argument("--tolerance", type=float, default=0.25,
-                   help="flag claims more than this fraction slower when re-measured")
-    v.add_argument("--repeats", type=_positive, default=3)
+    v = sub.add_parser("validate", help="check results files and re-measure their best "
+                       "configs here; exits 1 unless every entry reproduces")
+    v.add_argument("results", nargs="+")
+    v.add_argument("--tolerance", type=_fraction, default=0.25,
+                   help="flag claims whose re-measured median is more than this fraction "
+                   "slower than the claimed median")
+    v.add_argument("--repeats", type=_positive, default=3,
+                   help="measurements (of several samples each) per attempt")
+    v.add_argument("--attempts", type=_positive, default=2,
+                   help="re-measure a claim that fails up to this many times")
+    v.add_argument("--threads", type=_non_negative, default=0,
+                   help="CPU threads to measure with (default: all of this machine's cores; "
+                   "never taken from the file)")
+    v.add_argument("--allow-skip", action="store_true",
+                   help="exit 0 even if entries could not be checked here (another device)")
     v.add_argument("--any-device", action="store_true",
-                   help="also check entries measured on another device")
+                   help="also re-measure other devices' entries, for reference (still skipped)")
+    v.add_argument("--out", metavar="REPORT", help="write the verdicts as JSON for "
+                   "`leaderboard show --validation`")
     return p
+
+
+def _fraction(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0 <= x < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return x
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -177,28 +211,41 @@ def cmd_tune(args: argparse.Namespace) -> int:
     agent = get_agent(args.agent, **_options(args.opt))
     runtime_opts = runtime_options(args.target, args.threads)
     env = make_env(workload, args.target, budget=args.trials, records=args.db,
-                   **runtime_opts, **getattr(agent, "env_kwargs", {}))
+                   **{"use_cache": not args.fresh, **runtime_opts,
+                      **getattr(agent, "env_kwargs", {})})
     bar = None
-    if not (args.no_progress or args.json):
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.trials, desc=f"{args.agent} {workload.label}", unit="trial")
-
-    def on_batch(_agent: Any, batch: list) -> None:
-        if bar is not None:
-            best = env.unwrapped.best
-            bar.set_postfix(best=f"{best.gflops if best else 0.0:.2f} GFLOP/s", refresh=False)
-            bar.update(len(batch))
-
     try:
+        u = env.unwrapped
+        # earlier measurements of this task (workload, space, target, device): reused, not redone
+        prior = [] if args.fresh else u.records.results(workload, args.target, u.device, u.space)
+        n_new = max(0, args.trials - len(prior)) if args.resume else args.trials
+        if prior and not args.json:
+            print(_reuse_line(agent, prior, n_new, args, u.records.path), flush=True)
+        prior_best = max((r.gflops for r in prior if r.ok), default=0.0)
+        if n_new and not (args.no_progress or args.json):
+            from tqdm import tqdm
+
+            bar = tqdm(total=n_new, desc=f"{args.agent} {workload.label}", unit="trial")
+
+        def on_batch(_agent: Any, batch: list) -> None:
+            if bar is not None:
+                best = max(prior_best, u.best.gflops if u.best else 0.0)
+                bar.set_postfix(best=f"{best:.2f} GFLOP/s", refresh=False)
+                bar.update(len(batch))
+
         t0 = time.perf_counter()
-        history = agent.tune(env, args.trials, seed=args.seed, callbacks=[on_batch])
+        history = []
+        if n_new:
+            accepts = "prior" in inspect.signature(agent.tune).parameters
+            history = agent.tune(env, n_new, seed=args.seed, callbacks=[on_batch],
+                                 **({"prior": prior} if prior and accepts else {}))
         wall = time.perf_counter() - t0
         if bar is not None:
             bar.close()
             bar = None
         ok = [r for r in history if r.ok]
-        best = max(ok, key=lambda r: r.gflops) if ok else None
+        pool = [r for r in prior if r.ok] + ok
+        best = max(pool, key=lambda r: r.gflops) if pool else None
         speedups = _speedups(env.unwrapped, best, args) if best is not None and not args.json \
             else {}
     finally:
@@ -208,9 +255,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     summary = {
         "workload": workload.key, "label": workload.label, "target": args.target,
         "agent": args.agent, "seed": args.seed, "trials": len(history),
-        "failures": len(history) - len(ok), "wall_time": round(wall, 3),
+        "failures": len(history) - len(ok), "reused": len(prior), "wall_time": round(wall, 3),
         "best_gflops": best.gflops if best else 0.0,
         "best_config": json.loads(best.config.to_json()) if best else None,
+        "best_reused": bool(best and best.cached),
     }
     if best is not None and args.export_source:
         from .hardware.runtime import get_runtime
@@ -222,18 +270,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
+        reused = f", {len(prior)} earlier measurements reused" if prior else ""
         print(f"{workload.label} on {args.target}: {len(history)} trials "
-              f"({summary['failures']} failed) in {wall:.1f}s")
+              f"({summary['failures']} failed) in {wall:.1f}s{reused}")
         if best is None:
             print("no valid config found")
         else:
-            print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms)")
+            earlier = " (measured earlier)" if best.cached else ""
+            print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms){earlier}")
             for line in speedups.get("lines", []):
                 print(line)
             print(f"config: {best.config.to_json()}")
             if args.export_source:
                 print(f"source written to {args.export_source}")
     return 0 if best is not None else 1
+
+
+def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,
+                path: str) -> str:
+    line = f"reusing {len(prior)} earlier measurements of this task from {path}"
+    if args.resume:
+        line += f" (--resume: {n_new} of {args.trials} trials left)"
+    else:
+        line += f" (not counted in --trials {args.trials}; --resume counts them)"
+    if "prior" not in inspect.signature(agent.tune).parameters:
+        line += f"; agent {args.agent} does not learn from them, configs it proposes again " \
+                "are served from the database"
+    return line
 
 
 def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
@@ -265,14 +328,16 @@ def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
     return {"lines": lines}
 
 
-def _write_outputs(doc: Any, args: argparse.Namespace) -> None:
+def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozenset(),
+                   rejected: Any = None) -> None:
     from tensorgym.baselines import tables
 
-    print(tables.markdown(doc), end="")
+    text = tables.markdown(doc, validated, rejected)
+    print(text, end="")
     if args.md:
-        Path(args.md).write_text(tables.markdown(doc))
+        Path(args.md).write_text(text)
     if args.csv:
-        Path(args.csv).write_text(tables.csv_text(doc))
+        Path(args.csv).write_text(tables.csv_text(doc, validated))
     if args.plots:
         from tensorgym.baselines.plots import plot_curves
 
@@ -281,13 +346,14 @@ def _write_outputs(doc: Any, args: argparse.Namespace) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from tensorgym.baselines.results import ResultsDoc, merge
-
     if args.action == "show":
-        doc = merge(ResultsDoc.load(p) for p in args.results)
+        from tensorgym.baselines.validate import load_all, load_verdicts, screen
+
+        doc, malformed = load_all(args.results)
         if args.out:
             doc.save(args.out)
-        _write_outputs(doc, args)
+        board = screen(doc, load_verdicts(args.validation), malformed, args.validated_only)
+        _write_outputs(board.doc, args, board.validated, board.rejected)
         return 0
     from tensorgym.baselines import get_agent
     from tensorgym.baselines.leaderboard import RunOptions, run_suite
@@ -310,16 +376,24 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tensorgym.baselines.results import ResultsDoc
-    from tensorgym.baselines.validate import report, validate
+    from tensorgym.baselines.validate import (REJECTED, load_all, passed, report, save_report,
+                                              validate)
 
-    checks = validate(ResultsDoc.load(args.results), args.tolerance, args.repeats,
-                      args.any_device)
+    doc, malformed = load_all(args.results)
+    checks = validate(doc, args.tolerance, args.repeats, args.threads, args.attempts,
+                      args.any_device, malformed)
     print(report(checks), end="")
-    bad = [c for c in checks if c.status in ("NOT REPRODUCED", "error")]
-    print(f"{len(checks) - len(bad)} of {len(checks)} entries pass "
-          f"({sum(c.status == 'skipped' for c in checks)} skipped); {len(bad)} flagged")
-    return 1 if bad else 0
+    n = {s: sum(c.status == s for c in checks) for s in ("ok", "skipped", *REJECTED)}
+    print(f"{n['ok']} of {len(checks)} entries reproduced; "
+          f"{sum(n[s] for s in REJECTED)} rejected ({n['NOT REPRODUCED']} not reproduced, "
+          f"{n['invalid']} invalid, {n['error']} failed here); {n['skipped']} not checked")
+    if n["skipped"] and not args.allow_skip:
+        print("entries that could not be checked here fail the validation "
+              "(--allow-skip accepts them)")
+    if args.out:
+        save_report(checks, args.out, results=list(args.results), tolerance=args.tolerance,
+                    repeats=args.repeats, attempts=args.attempts, threads=args.threads)
+    return 0 if passed(checks, args.allow_skip) else 1
 
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,

@@ -36,3 +36,28 @@ class UnknownWorkloadError(TensorGymError, KeyError):
 
 class TargetUnavailableError(TensorGymError, RuntimeError):
     """The target's runtime or device is not present on this machine."""
+
+
+class RecordsError(TensorGymError, RuntimeError):
+    """The records database cannot be opened, read or written. ``path`` is the database;
+    ``saved_to`` is the side file that holds a batch that could not be written (or None)."""
+
+    def __init__(self, message: str, path: str = "", saved_to: "str | None" = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.saved_to = saved_to
+
+
+class InvalidWorkloadError(TensorGymError, ValueError):
+    """Workload sizes that are not exact positive integers, not the op's number of them, or a
+    shape that cannot be computed (a kernel larger than its padded input)."""
+
+
+class WorkloadTooLargeError(InvalidWorkloadError):
+    """A workload whose tensors (all inputs and the output, in float32) exceed the size limit,
+    refused before anything is allocated (``tensorgym.workloads.MAX_TENSOR_BYTES``)."""
+
+
+class StepError(TensorGymError, RuntimeError):
+    """``env.step`` failed for a reason outside the action (the measurement machinery, the
+    records database); the original exception is its ``__cause__``."""

@@ -1,21 +1,31 @@
 """The records database: every measurement, in one SQLite file (WAL, so a killed process leaves
-the records already committed intact, and readers never block the writer)."""
+the records already committed intact, and readers never block the writer).
+
+Nothing read back is trusted: GFLOP/s are recomputed from the stored times and the workload's
+FLOPs, rows with an unknown error code or unusable times are skipped with a warning, and a
+reference time must be finite and positive. Every SQLite error becomes a ``RecordsError`` that
+names the file; a batch that cannot be written is kept in a side file (``restore`` reads it)."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import os
 import sqlite3
+import statistics
 import time
+import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import platformdirs
 
-from .errors import ErrorCode
+from .errors import ErrorCode, InvalidConfigError, RecordsError, TensorGymError
 from .hardware.result import MeasureResult
-from .workloads import Workload
+from .workloads import Workload, get_workload
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +56,10 @@ CREATE INDEX IF NOT EXISTS records_task ON records (workload_key, target, device
 CREATE INDEX IF NOT EXISTS records_config ON records (workload_key, target, device, config_json);
 """
 
+_COLUMNS = ("workload_key, target, device, space_name, config_index, config_json, costs, error, "
+            "error_msg, gflops, build_time, run_time, timestamp")
+_INSERT = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
 
 def default_path() -> Path:
     return Path(platformdirs.user_cache_dir("tensorgym")) / "records.db"
@@ -62,7 +76,7 @@ class Record:
     costs: tuple[float, ...]
     error: ErrorCode
     error_msg: str
-    gflops: float
+    gflops: float  # recomputed from costs and the workload's FLOPs, never read from the file
     build_time: float
     run_time: float
     timestamp: float
@@ -82,20 +96,58 @@ class Record:
 
 class Records:
     """``Records(path)`` opens (or creates) the database; ``path=None`` uses the user cache dir,
-    ``":memory:"`` keeps it in memory."""
+    ``":memory:"`` keeps it in memory. ``timeout``: seconds to wait for another writer's lock;
+    a failed write is retried after each of ``retry_delays`` seconds. Picklable: the copy
+    reconnects to the same file (an in-memory database is copied whole)."""
 
-    def __init__(self, path: "str | os.PathLike | None" = None) -> None:
+    def __init__(self, path: "str | os.PathLike | None" = None, timeout: float = 30.0,
+                 retry_delays: Sequence[float] = (0.5, 2.0)) -> None:
         self.path = str(path) if path is not None else str(default_path())
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                         (str(SCHEMA_VERSION),))
+        self.timeout = float(timeout)
+        self.retry_delays = tuple(retry_delays)
+        self._connect()
+
+    def _connect(self, image: Optional[bytes] = None) -> None:
+        self._flops: dict[str, Optional[int]] = {}
+        with self._errors("open"):
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                       check_same_thread=False)
+            if image is not None:
+                self._db.deserialize(image)
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            has_schema = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            if not has_schema:  # an existing database opens without writing (read-only, locked)
+                self._db.executescript(_SCHEMA)
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as e:
+            raise RecordsError(f"records database {self.path}: cannot {action}: {e}",
+                               path=self.path) from e
+
+    def __getstate__(self) -> dict[str, Any]:
+        image = None
+        if self.path == ":memory:":
+            with self._errors("copy"):
+                image = self._db.serialize()
+        return {"path": self.path, "timeout": self.timeout, "retry_delays": self.retry_delays,
+                "image": image}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path, self.timeout = state["path"], state["timeout"]
+        self.retry_delays = state["retry_delays"]
+        self._connect(state.get("image"))
+
+    # ---------------------------------------------------------------- writing
 
     def add(self, workload: Workload, target: str, device: str,
             result: MeasureResult) -> None:
@@ -103,21 +155,84 @@ class Records:
 
     def add_many(self, workload: Workload, target: str, device: str,
                  results: Iterable[MeasureResult]) -> None:
+        """Write a batch in one transaction (all of it or none). If the write still fails after
+        the retries, the batch goes to a side file and ``RecordsError`` says where."""
         rows = [(workload.key, target, device, r.config.space_name, r.config.index,
                  r.config.to_json(), json.dumps(list(r.costs)), int(r.error), r.error_msg,
                  r.gflops, r.build_time, r.run_time, r.timestamp or time.time())
                 for r in results if not r.cached]
         if not rows:
             return
-        with self._db:  # one transaction: all of the batch or none of it
-            self._db.execute("BEGIN")
-            self._db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)",
-                             (workload.key, workload.op, json.dumps(workload.params),
-                              workload.name))
-            self._db.executemany(
-                "INSERT INTO records (workload_key, target, device, space_name, config_index, "
-                "config_json, costs, error, error_msg, gflops, build_time, run_time, timestamp) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        wl = (workload.key, workload.op, json.dumps(workload.params), workload.name)
+        try:
+            self._write(lambda db: self._insert(db, {wl: rows}))
+        except sqlite3.Error as e:
+            saved = self._save_unsaved(wl, rows)
+            where = (f"the {len(rows)} results are saved in {saved} (Records.restore reads them "
+                     "back)" if saved else f"the {len(rows)} results could not be saved anywhere")
+            raise RecordsError(f"records database {self.path}: cannot write {len(rows)} "
+                               f"results: {e}; {where}", path=self.path, saved_to=saved) from e
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, batches: dict[tuple, list[tuple]]) -> None:
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            for wl, rows in batches.items():
+                db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)", wl)
+                db.executemany(_INSERT, rows)
+
+    def _write(self, fn: Any) -> None:
+        for delay in (*self.retry_delays, None):
+            try:
+                return fn(self._db)
+            except sqlite3.Error:
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    def _save_unsaved(self, wl: tuple, rows: list[tuple]) -> Optional[str]:
+        names = ("workload_key", "op", "params", "name")
+        lines = "".join(json.dumps({"workload": dict(zip(names, wl)),
+                                    "row": dict(zip(_COLUMNS.split(", "), row))}) + "\n"
+                        for row in rows)
+        name = f"{Path(self.path).name}.unsaved-{os.getpid()}.jsonl"
+        dirs = [] if self.path == ":memory:" else [Path(self.path).parent]
+        for d in dirs + [Path(platformdirs.user_cache_dir("tensorgym"))]:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                with open(d / name, "a") as f:
+                    f.write(lines)
+                return str(d / name)
+            except OSError:
+                continue
+        return None
+
+    def restore(self, side_file: "str | os.PathLike") -> int:
+        """Write the batches of a side file (``<db>.unsaved-<pid>.jsonl``) into this database;
+        returns the number of records. Delete the file afterwards."""
+        cols = _COLUMNS.split(", ")
+        batches: dict[tuple, list[tuple]] = {}
+        for line in Path(side_file).read_text().splitlines():
+            if line.strip():
+                e = json.loads(line)
+                w = e["workload"]
+                batches.setdefault((w["workload_key"], w["op"], w["params"], w["name"]),
+                                   []).append(tuple(e["row"][c] for c in cols))
+        with self._errors(f"restore {side_file}"):
+            self._write(lambda db: self._insert(db, batches))
+        return sum(map(len, batches.values()))
+
+    def set_reference(self, workload_key: str, target: str, device: str, config_json: str,
+                      seconds: float) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("INSERT OR REPLACE INTO references_ VALUES (?, ?, ?, ?, ?, ?)",
+                           (workload_key, target, device, config_json, seconds, time.time()))
+
+        with self._errors("write the reference time"):
+            self._write(write)
+
+    # ---------------------------------------------------------------- reading
 
     def query(self, workload_key: Optional[str] = None, target: Optional[str] = None,
               device: Optional[str] = None, ok_only: bool = False,
@@ -129,14 +244,13 @@ class Records:
                 args.append(val)
         if ok_only:
             where.append("error = 0")
-        sql = ("SELECT workload_key, target, device, space_name, config_index, config_json, "
-               "costs, error, error_msg, gflops, build_time, run_time, timestamp FROM records")
+        sql = f"SELECT {_COLUMNS} FROM records"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [self._record(row) for row in self._db.execute(sql, args)]
+        return self._records(self._read(sql, args))
 
     def best(self, workload_key: str, target: Optional[str] = None,
              device: Optional[str] = None, k: int = 1) -> list[Record]:
@@ -145,39 +259,100 @@ class Records:
 
     def lookup(self, workload_key: str, target: str, device: str,
                config_json: str) -> Optional[Record]:
-        """The latest record of this exact config, if any (to serve a re-measurement)."""
-        row = self._db.execute(
-            "SELECT workload_key, target, device, space_name, config_index, config_json, "
-            "costs, error, error_msg, gflops, build_time, run_time, timestamp FROM records "
-            "WHERE workload_key = ? AND target = ? AND device = ? AND config_json = ? "
-            "ORDER BY id DESC LIMIT 1", (workload_key, target, device, config_json)).fetchone()
-        return self._record(row) if row else None
+        """The latest usable record of this exact config, if any (to serve a re-measurement)."""
+        rows = self._read(f"SELECT {_COLUMNS} FROM records WHERE workload_key = ? AND "
+                          "target = ? AND device = ? AND config_json = ? ORDER BY id DESC",
+                          (workload_key, target, device, config_json))
+        recs = self._records(rows)
+        return recs[0] if recs else None
+
+    def results(self, workload: Workload, target: str, device: str,
+                space: Any) -> list[MeasureResult]:
+        """Every config of ``space`` measured for this task (workload, target, device), once
+        each (its latest usable record), as ``MeasureResult(cached=True)`` in the order they
+        were first measured: what a new tuning session of this task can reuse."""
+        out: dict[int, MeasureResult] = {}
+        for rec in self.query(workload.key, target, device):
+            if rec.space_name != space.name:
+                continue
+            try:
+                config = space.from_json(rec.config_json)
+            except InvalidConfigError:
+                continue  # the space changed since: this record no longer describes a config
+            out[config.index] = MeasureResult(config, rec.costs, rec.error, rec.error_msg,
+                                              workload.flops, rec.build_time, rec.run_time,
+                                              rec.timestamp, cached=True)
+        return list(out.values())
 
     def reference(self, workload_key: str, target: str, device: str,
                   config_json: str) -> Optional[float]:
-        """Seconds of the reference schedule on this device, if measured before."""
-        row = self._db.execute(
-            "SELECT seconds FROM references_ WHERE workload_key = ? AND target = ? AND "
-            "device = ? AND config_json = ?", (workload_key, target, device, config_json)).fetchone()
-        return row[0] if row else None
-
-    def set_reference(self, workload_key: str, target: str, device: str, config_json: str,
-                      seconds: float) -> None:
-        with self._db:
-            self._db.execute("INSERT OR REPLACE INTO references_ VALUES (?, ?, ?, ?, ?, ?)",
-                             (workload_key, target, device, config_json, seconds, time.time()))
+        """Seconds of the reference schedule on this device, if measured before (and sane)."""
+        rows = self._read("SELECT seconds FROM references_ WHERE workload_key = ? AND "
+                          "target = ? AND device = ? AND config_json = ?",
+                          (workload_key, target, device, config_json))
+        if not rows:
+            return None
+        seconds = rows[0][0]
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
+            return float(seconds)
+        warnings.warn(f"records database {self.path}: ignoring the stored reference time "
+                      f"{seconds!r} of {workload_key} on {device} (not a positive number of "
+                      "seconds); it will be measured again", stacklevel=2)
+        return None
 
     def workload_keys(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT key FROM workloads ORDER BY key")]
+        return [r[0] for r in self._read("SELECT key FROM workloads ORDER BY key")]
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+        return self._read("SELECT COUNT(*) FROM records")[0][0]
 
     def close(self) -> None:
         self._db.close()
 
-    @staticmethod
-    def _record(row) -> Record:
-        (wk, target, device, space, index, cfg, costs, err, msg, gflops, bt, rt, ts) = row
-        return Record(wk, target, device, space, index, cfg, tuple(json.loads(costs)),
-                      ErrorCode(err), msg, gflops, bt, rt, ts)
+    def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        with self._errors("read"):
+            return self._db.execute(sql, args).fetchall()
+
+    def _workload_flops(self, key: str) -> Optional[int]:
+        if key not in self._flops:
+            try:
+                self._flops[key] = get_workload(key).flops
+            except (TensorGymError, ValueError, TypeError):
+                self._flops[key] = None
+        return self._flops[key]
+
+    def _records(self, rows: list[tuple]) -> list[Record]:
+        out, skipped = [], Counter()
+        for row in rows:
+            rec = self._record(row)
+            if isinstance(rec, str):
+                skipped[rec] += 1
+            else:
+                out.append(rec)
+        if skipped:
+            why = "; ".join(f"{n} with {reason}" for reason, n in sorted(skipped.items()))
+            warnings.warn(f"records database {self.path}: skipped {sum(skipped.values())} "
+                          f"unusable records ({why})", stacklevel=3)
+        return out
+
+    def _record(self, row: tuple) -> "Record | str":
+        """The checked record, or why the row is unusable."""
+        (wk, target, device, space, index, cfg, costs, err, msg, _gflops, bt, rt, ts) = row
+        try:
+            error = ErrorCode(err)
+        except ValueError:
+            return f"unknown error code {err!r}"
+        try:
+            costs = tuple(float(c) for c in json.loads(costs))
+            rec = Record(wk, target, device, space, int(index), cfg, costs, error, msg or "",
+                         0.0, float(bt), float(rt), float(ts))
+        except (ValueError, TypeError):
+            return "malformed values"
+        flops = self._workload_flops(wk)
+        if flops is None:
+            return f"unknown workload {wk!r}"
+        if error != ErrorCode.NO_ERROR:
+            return rec
+        if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
+            return "a success without positive finite times"
+        return dataclasses.replace(rec, gflops=flops / statistics.median(costs) / 1e9)

@@ -1,7 +1,14 @@
+import json
+import os
+import pickle
+import sqlite3
 import subprocess
 import sys
+import warnings
 
-from tensorgym.errors import ErrorCode
+import pytest
+
+from tensorgym.errors import ErrorCode, RecordsError, TensorGymError
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.records import Records
 from tensorgym.templates import space_for
@@ -50,3 +57,186 @@ os.kill(os.getpid(), signal.SIGKILL)
         __file__).parent.parent))
     assert proc.returncode != 0
     assert len(Records(path)) == 5
+
+
+# ---------------------------------------------------------------- nothing measured is lost
+
+
+def _batch(n=8, start=10):
+    return [_result(start + i, 1e-4 * (i + 1)) for i in range(n)]
+
+
+def _unsaved_rows(side_file):
+    return [json.loads(line) for line in open(side_file)]
+
+
+def test_locked_database_keeps_the_batch_in_a_side_file(tmp_path):
+    path = tmp_path / "r.db"
+    db = Records(path, timeout=0.05, retry_delays=(0.0, 0.0))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    batch = _batch()
+    with pytest.raises(RecordsError) as e:
+        db.add_many(W, "cpu", "dev", batch)
+    side = tmp_path / f"r.db.unsaved-{os.getpid()}.jsonl"
+    assert str(path) in str(e.value) and str(side) in str(e.value) and "locked" in str(e.value)
+    assert e.value.saved_to == str(side) and e.value.path == str(path)
+    rows = _unsaved_rows(side)
+    assert [r["row"]["config_index"] for r in rows] == [r.config.index for r in batch]
+    assert [r["row"]["costs"] for r in rows] == [json.dumps(list(r.costs)) for r in batch]
+    other.execute("ROLLBACK")
+    other.close()
+    assert len(db) == 0
+    assert db.restore(side) == 8  # the lock is gone: the side file goes in
+    assert [r.config_index for r in db.query(W.key)] == [r.config.index for r in batch]
+    assert db.best(W.key)[0].config_index == batch[0].config.index
+
+
+def test_full_database_keeps_the_batch_in_a_side_file(tmp_path):
+    path = tmp_path / "full.db"
+    db = Records(path, retry_delays=(0.0,))
+    db.add_many(W, "cpu", "dev", _batch(2))
+    pages = db._db.execute("PRAGMA page_count").fetchone()[0]
+    db._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+    big = [_result(100 + i, 1e-3) for i in range(400)]
+    with pytest.raises(RecordsError, match="full") as e:
+        db.add_many(W, "cpu", "dev", big)
+    assert str(path) in str(e.value) and e.value.saved_to in str(e.value)
+    assert len(db) == 2  # all of the batch or none of it
+    assert len(_unsaved_rows(e.value.saved_to)) == 400
+
+
+def test_side_file_falls_back_to_the_user_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    db = Records(":memory:", retry_delays=())
+    pages = db._db.execute("PRAGMA page_count").fetchone()[0]
+    db._db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(RecordsError) as e:
+        db.add_many(W, "cpu", "dev", [_result(100 + i, 1e-3) for i in range(400)])
+    assert e.value.saved_to.startswith(str(tmp_path / "cache" / "tensorgym"))
+    assert e.value.saved_to in str(e.value) and len(_unsaved_rows(e.value.saved_to)) == 400
+
+
+def test_corrupt_database_names_its_path(tmp_path):
+    path = tmp_path / "corrupt.db"
+    path.write_bytes(b"this is not an SQLite database\n" * 200)
+    with pytest.raises(RecordsError, match="not a database") as e:
+        Records(path)
+    assert str(path) in str(e.value) and isinstance(e.value, TensorGymError)
+
+
+def test_damaged_pages_name_the_path(tmp_path):
+    path = tmp_path / "damaged.db"
+    db = Records(path)
+    db.add_many(W, "cpu", "dev", [_result(i, 1e-3) for i in range(2000)])
+    db.close()  # checkpoints the WAL into the file
+    data = bytearray(path.read_bytes())
+    data[8192:] = b"\xff" * (len(data) - 8192)  # every page after the second
+    path.write_bytes(bytes(data))
+    with pytest.raises(RecordsError) as e:
+        Records(path).query(W.key)
+    assert str(path) in str(e.value)
+
+
+def test_unopenable_path_names_it(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RecordsError) as e:
+        Records(tmp_path / "file" / "r.db")  # a parent that is a file
+    assert str(tmp_path / "file" / "r.db") in str(e.value)
+
+
+# ---------------------------------------------------------------- values read back are checked
+
+def _doctor(path, sql, *args):
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute(sql, args)
+    con.close()
+
+
+def test_stored_gflops_are_recomputed_not_trusted(tmp_path):
+    path = tmp_path / "r.db"
+    db = Records(path)
+    slow, fast = _result(1, 1e-2), _result(2, 1e-4)
+    db.add_many(W, "cpu", "dev", [slow, fast])
+    _doctor(path, "UPDATE records SET gflops = 1e6 WHERE config_index = 1")
+    best = db.best(W.key, "cpu", "dev")[0]
+    assert best.config_index == 2 and best.gflops == pytest.approx(fast.gflops)
+    assert db.lookup(W.key, "cpu", "dev", slow.config.to_json()).gflops == pytest.approx(
+        slow.gflops)
+
+
+def test_doctored_gflops_do_not_poison_transfer(tmp_path):
+    from tensorgym.agents.transfer import load_source_data
+
+    path = tmp_path / "r.db"
+    db = Records(path)
+    db.add_many(W, "cpu", "dev", [_result(i, 1e-4 * (i + 1)) for i in range(6)])
+    _doctor(path, "UPDATE records SET gflops = 1e6 WHERE config_index = 5")  # the slowest
+    data = load_source_data(db, [W], "cpu", device="dev")
+    assert data.y.max() == 1.0 and data.y.min() == pytest.approx(1 / 6)  # index 5 stays last
+
+
+@pytest.mark.parametrize("stored", [0.0, -1.0, float("inf"), "abc"])
+def test_bad_reference_times_are_ignored(tmp_path, stored):
+    path = tmp_path / "r.db"
+    db = Records(path)
+    db.set_reference(W.key, "cpu", "dev", "{}", 0.5)
+    _doctor(path, "UPDATE references_ SET seconds = ?", stored)
+    with pytest.warns(UserWarning, match="reference time"):
+        assert db.reference(W.key, "cpu", "dev", "{}") is None
+    db.set_reference(W.key, "cpu", "dev", "{}", 0.25)  # measured again: replaced
+    assert db.reference(W.key, "cpu", "dev", "{}") == 0.25
+
+
+@pytest.mark.parametrize("column, value, reason", [
+    ("error", 99, "unknown error code 99"),
+    ("costs", "[]", "a success without positive finite times"),
+    ("costs", "[-1.0]", "a success without positive finite times"),
+    ("costs", "not json", "malformed values"),
+    ("workload_key", "nosuchop:1,2", "unknown workload"),
+])
+def test_unusable_rows_are_skipped_with_a_warning(tmp_path, column, value, reason):
+    path = tmp_path / "r.db"
+    db = Records(path)
+    db.add_many(W, "cpu", "dev", [_result(1, 1e-3), _result(2, 2e-3)])
+    _doctor(path, f"UPDATE records SET {column} = ? WHERE config_index = 1", value)
+    with pytest.warns(UserWarning, match=reason):
+        recs = db.query()
+    assert [r.config_index for r in recs] == [2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert db.best(W.key)[0].config_index == 2
+
+
+def test_results_of_a_task_once_per_config(tmp_path):
+    db = Records(tmp_path / "r.db")
+    db.add_many(W, "cpu", "dev", [_result(1, 1e-3), _result(2, 2e-3),
+                                   _result(3, 0, ErrorCode.RUNTIME_DEVICE)])
+    db.add_many(W, "cpu", "dev", [_result(1, 4e-3)])  # measured again later
+    db.add_many(W, "cpu", "other-device", [_result(7, 1e-3)])
+    db.add_many(matmul(4, 4, 4), "cpu", "dev", [_result(8, 1e-3)])
+    res = db.results(W, "cpu", "dev", SPACE)
+    assert [r.config.index for r in res] == [1, 2, 3]
+    assert res[0].costs == (4e-3,) and all(r.cached for r in res) and not res[2].ok
+    assert res[1].gflops == pytest.approx(W.flops / 2e-3 / 1e9)
+    assert db.results(W, "cpu", "nowhere", SPACE) == []
+
+
+# ---------------------------------------------------------------- pickling
+
+def test_pickle_reconnects_to_the_same_file(tmp_path):
+    db = Records(tmp_path / "r.db", timeout=3.0)
+    db.add_many(W, "cpu", "dev", _batch(3))
+    copy = pickle.loads(pickle.dumps(db))
+    assert copy.path == db.path and copy.timeout == 3.0 and len(copy) == 3
+    copy.add_many(W, "cpu", "dev", _batch(2, start=50))
+    assert len(db) == 5  # one database, two connections
+
+
+def test_pickle_copies_an_in_memory_database():
+    db = Records(":memory:")
+    db.add_many(W, "cpu", "dev", _batch(3))
+    copy = pickle.loads(pickle.dumps(db))
+    assert [r.config_index for r in copy.query()] == [r.config_index for r in db.query()]
+    copy.add_many(W, "cpu", "dev", _batch(1, start=90))
+    assert (len(copy), len(db)) == (4, 3)
