@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -195,9 +196,8 @@ class Records:
         lines = "".join(json.dumps({"workload": dict(zip(names, wl)),
                                     "row": dict(zip(_COLUMNS.split(", "), row))}) + "\n"
                         for row in rows)
-        name = f"{Path(self.path).name}.unsaved-{os.getpid()}.jsonl"
-        dirs = [] if self.path == ":memory:" else [Path(self.path).parent]
-        for d in dirs + [Path(platformdirs.user_cache_dir("tensorgym"))]:
+        for d, stem in self._side_places():
+            name = f"{stem}.unsaved-{os.getpid()}.jsonl"
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 with open(d / name, "a") as f:
@@ -221,6 +221,29 @@ class Records:
         with self._errors(f"restore {side_file}"):
             self._write(lambda db: self._insert(db, batches))
         return sum(map(len, batches.values()))
+
+    def _side_places(self) -> list[tuple[Path, str]]:
+        """Where a batch that cannot be written goes: next to the database, else the user cache
+        dir (there under a name that also hashes the database's full path)."""
+        cache = Path(platformdirs.user_cache_dir("tensorgym"))
+        if self.path == ":memory:":
+            return [(cache, f"memory-{os.getpid()}")]
+        full = str(Path(self.path).resolve())
+        digest = hashlib.sha256(full.encode()).hexdigest()[:12]
+        return [(Path(self.path).parent, Path(self.path).name),
+                (cache, f"{Path(self.path).name}-{digest}")]
+
+    def restore_unsaved(self) -> list[tuple[str, int]]:
+        """Restore every side file an earlier process left for this database and delete it;
+        returns (file, records) per file restored."""
+        if self.path == ":memory:":
+            return []
+        done = []
+        for d, stem in self._side_places():
+            for side in sorted(d.glob(f"{stem}.unsaved-*.jsonl")):
+                done.append((str(side), self.restore(side)))
+                side.unlink()
+        return done
 
     def set_reference(self, workload_key: str, target: str, device: str, config_json: str,
                       seconds: float) -> None:

@@ -22,6 +22,7 @@ from tensorgym.cli import main
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.records import Records
+from tensorgym.templates import space_for
 from tensorgym.workloads import matmul
 
 TASK = ["matmul:16,16,16", "--threads", "1", "--json"]
@@ -176,3 +177,28 @@ def test_doctored_reference_time_is_measured_again(measurer, tmp_path, stored):
     assert ref is not None and ref > 0  # replaced by the new measurement
     env.close()
     env2.close()
+
+
+def test_tune_writes_back_what_a_failed_write_set_aside(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    tune(capsys, db, "--trials", "4")
+    before = rows(db)
+    held = sqlite3.connect(db, isolation_level=None)
+    held.execute("BEGIN EXCLUSIVE")  # the next batch cannot be written
+    records = Records(db, timeout=0.05, retry_delays=())
+    m = Measurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1), num_threads=1)
+    try:
+        w = matmul(16, 16, 16)
+        batch = m.measure(w, space_for(w, "cpu").sample(np.random.default_rng(9), 3))
+        with pytest.raises(TensorGymError) as e:
+            records.add_many(w, "cpu", m.device, batch)
+    finally:
+        m.close()
+        held.execute("ROLLBACK")
+        held.close()
+    assert os.path.exists(e.value.saved_to)
+    code = main(["tune", *TASK[:-1], "--db", str(db), "--trials", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0 and f"restored 3 measurements into {db}" in err
+    assert not os.path.exists(e.value.saved_to)
+    assert rows(db)[0] == before[0] + 3 + 1
