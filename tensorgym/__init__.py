@@ -3,10 +3,12 @@ measurements. ``import tensorgym`` registers the ``TensorSched-*`` environments.
 from __future__ import annotations
 
 from . import envs  # noqa: F401  (registers the environments)
-from .errors import ErrorCode, InvalidConfigError, TargetUnavailableError, TensorGymError
+from .errors import (ErrorCode, InvalidConfigError, InvalidWorkloadError, RecordsError, StepError,
+                     TargetUnavailableError, TensorGymError, WorkloadTooLargeError)
 from .space import Config, ConfigSpace
 from .workloads import WORKLOADS, Workload, conv2d, get_workload, matmul
 
 __version__ = "0.1.0"
-__all__ = ["Config", "ConfigSpace", "ErrorCode", "InvalidConfigError", "TargetUnavailableError",
-           "TensorGymError", "WORKLOADS", "Workload", "conv2d", "get_workload", "matmul"]
+__all__ = ["Config", "ConfigSpace", "ErrorCode", "InvalidConfigError", "InvalidWorkloadError",
+           "RecordsError", "StepError", "TargetUnavailableError", "TensorGymError",
+           "WorkloadTooLargeError", "WORKLOADS", "Workload", "conv2d", "get_workload", "matmul"]

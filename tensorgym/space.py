@@ -76,6 +76,17 @@ def other_knob(name: str, values: Sequence[Any]) -> Knob:
     return Knob(name, tuple(values), "other")
 
 
+def is_int(v: Any) -> bool:
+    """An exact integer: a Python or NumPy int, not a bool, float or string."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def short_repr(v: Any, n: int = 120) -> str:
+    """``repr(v)``, cut to ``n`` characters for error messages."""
+    r = " ".join(repr(v).split())
+    return r if len(r) <= n else r[:n] + "..."
+
+
 def _canonical(v: Any) -> Any:
     if isinstance(v, list):
         return tuple(_canonical(x) for x in v)
@@ -123,21 +134,48 @@ class ConfigSpace:
                 return k
         raise KeyError(name)
 
-    def from_choices(self, choices: Sequence[int]) -> Config:
-        choices = tuple(int(c) for c in choices)
-        if len(choices) != len(self.knobs):
-            raise InvalidConfigError(
-                f"{self.name} has {len(self.knobs)} knobs, got {len(choices)} choices")
-        index = 0
-        for c, k in zip(choices, self.knobs):
+    def check_choices(self, choices: Any) -> tuple[int, ...]:
+        """``choices`` as a tuple of ints, validated strictly: a 1-D integer array or a list or
+        tuple of exact integers (not bools, floats or strings), one per knob, each in range;
+        anything else raises ``InvalidConfigError``."""
+        n = len(self.knobs)
+        if isinstance(choices, np.ndarray):
+            if choices.shape != (n,) or choices.dtype.kind not in "iu":
+                raise InvalidConfigError(
+                    f"{self.name} takes {n} integer choices, got an array of shape "
+                    f"{choices.shape} and dtype {choices.dtype}")
+            out = tuple(int(c) for c in choices)
+        elif isinstance(choices, (list, tuple)):
+            if len(choices) != n:
+                raise InvalidConfigError(
+                    f"{self.name} has {n} knobs, got {len(choices)} choices: "
+                    f"{short_repr(choices)}")
+            bad = [i for i, c in enumerate(choices) if not is_int(c)]
+            if bad:
+                raise InvalidConfigError(
+                    f"choices must be integers; choice {bad[0]} is {short_repr(choices[bad[0]])} "
+                    f"({type(choices[bad[0]]).__name__})")
+            out = tuple(int(c) for c in choices)
+        else:
+            raise InvalidConfigError(f"{self.name} takes a sequence of {n} integer choices, got "
+                                     f"{type(choices).__name__} {short_repr(choices)}")
+        for c, k in zip(out, self.knobs):
             if not 0 <= c < k.size:
                 raise InvalidConfigError(f"choice {c} out of range for knob {k.name} "
                                          f"(0..{k.size - 1})")
+        return out
+
+    def from_choices(self, choices: Sequence[int]) -> Config:
+        choices = self.check_choices(choices)
+        index = 0
+        for c, k in zip(choices, self.knobs):
             index = index * k.size + c
         values = {k.name: k.options[c] for c, k in zip(choices, self.knobs)}
         return Config(self.name, choices, values, index)
 
     def get(self, index: int) -> Config:
+        if not is_int(index):
+            raise InvalidConfigError(f"a config index is an integer, got {short_repr(index)}")
         index = int(index)
         if not 0 <= index < self.size:
             raise InvalidConfigError(f"index {index} out of range [0, {self.size})")

@@ -85,3 +85,25 @@ def test_default_config_is_in_space():
     for name, w in WORKLOADS.items():
         c = default_config(w, "cpu")
         assert c.space_name == f"{w.op}/cpu", name
+
+
+def test_choices_and_indices_are_exact_integers():
+    space = space_for(get_workload("matmul-1024"), "cpu")
+    n = len(space.knobs)
+    good = space.get(5).choices
+    for ok in (list(good), tuple(good), np.array(good), np.array(good, np.uint8),
+               [np.int32(c) for c in good]):
+        assert space.from_choices(ok).index == 5
+    bad_choices = [
+        [float(c) for c in good], [True] + list(good[1:]), [str(c) for c in good], list(good)[:-1],
+        list(good) + [0], [list(good)], np.array(good, float), np.array(good, bool),
+        np.array(good).reshape(n, 1), np.array(good, object), None, 3, "0" * n, {}]
+    for bad in bad_choices:
+        with pytest.raises(InvalidConfigError):
+            space.from_choices(bad)
+    with pytest.raises(InvalidConfigError, match="out of range"):
+        space.from_choices([-1] + list(good[1:]))
+    for bad in (2.0, True, "5", None, np.float64(5)):
+        with pytest.raises(InvalidConfigError, match="integer"):
+            space.get(bad)
+    assert space.get(np.int64(5)) == space.get(5)

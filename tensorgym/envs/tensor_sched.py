@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..errors import InvalidConfigError, TensorGymError
+from ..errors import InvalidConfigError, StepError, TensorGymError
 from ..hardware.measure import Measurer, MeasureOptions
 from ..hardware.result import MeasureResult
 from ..records import Records
-from ..space import Config
+from ..space import Config, is_int, short_repr
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 
@@ -42,6 +42,8 @@ def pad_ast(tree: dict) -> dict:
     mask = np.zeros(AST_MAX_NODES, np.int8)
     mask[:n] = 1
     return {"node_features": feats, "parent": parent, "mask": mask}
+
+
 ACTION_MODES = ("config", "knob")
 
 
@@ -56,9 +58,20 @@ class TensorSchedEnv(gym.Env):
     ## Action Space
     * ``action_mode="config"`` (default): ``MultiDiscrete(space.dims)``; one step proposes a whole
       schedule (one option index per knob), which is built and measured.
+      **Invalid actions raise** ``InvalidConfigError`` before anything is built: an action must
+      be a 1-D integer array of shape ``(len(space.knobs),)`` or a list/tuple of that many exact
+      integers (Python or NumPy ints; not bools, floats, strings or nested lists), each in
+      range. Nothing is measured or counted and the episode goes on as before the call.
     * ``action_mode="knob"``: ``Discrete(max(space.dims))``; one step sets the next knob, and the
       program is measured when the last knob is set. ``action_masks()`` gives the valid options
-      of the knob to set (for MaskablePPO); an option out of range is an invalid action.
+      of the knob to set (for MaskablePPO).
+      **Invalid actions get** ``failure_reward``: an action that is not one exact integer (a
+      Python or NumPy int, or a 0-d integer array) or is out of range for the knob to set sets
+      nothing, returns ``failure_reward`` with ``info["error"] == "INVALID_ACTION"`` (the reason
+      in ``info["error_msg"]``), and counts toward ``max_invalid_actions`` per episode.
+    No exception other than a ``TensorGymError`` subclass leaves ``step``: failures outside the
+    action (measurement machinery, records database) raise ``StepError`` with the original
+    exception as its cause.
 
     ## Observation Space
     ``Box`` of loop-AST features of the program just built (``obs_mode``: ``relation`` — the
@@ -83,7 +96,11 @@ class TensorSchedEnv(gym.Env):
     ``failure_reward`` too and sets nothing. Intermediate knob steps give 0.
 
     ## Episode End
-    Terminates when ``budget`` trials have been measured. No truncation.
+    Terminates when ``budget`` trials have been measured. In ``knob`` mode the episode is
+    truncated by the step whose invalid action is the episode's ``max_invalid_actions``-th
+    (default ``budget * len(space.knobs)``), so at most ``budget * len(space.knobs) +
+    max_invalid_actions`` steps end any episode. A step after the end raises
+    ``TensorGymError`` (call ``reset()``).
 
     ## Arguments
     ``workload`` (registered name, shape key, or ``Workload``), ``target`` (cpu/llvm, opencl,
@@ -91,7 +108,12 @@ class TensorSchedEnv(gym.Env):
     ``Records``, or ``None`` for the default database under the user cache dir; ``False`` keeps
     nothing), ``use_cache`` (serve configs already in the database instead of re-measuring),
     ``measure_options`` (``MeasureOptions``), ``measurer`` (share one between envs),
-    ``failure_reward``, ``num_threads`` (CPU threads of parallel loops; 0 = all cores).
+    ``failure_reward``, ``max_invalid_actions`` (knob mode, see Episode End), ``num_threads``
+    (CPU threads of parallel loops; 0 = all cores).
+
+    The env pickles (``pickle.dumps(env)``, and so ``AsyncVectorEnv``): the copy keeps the
+    episode (history, best, partial knobs, ``np_random``), reconnects to the same records
+    database, and starts its own measurer (same target and options) when it first measures.
 
     ``env.unwrapped`` exposes ``space``, ``featurize(configs)``, ``measure(configs)``, ``history``,
     ``best`` and ``reference_gflops`` for search agents.
@@ -107,7 +129,8 @@ class TensorSchedEnv(gym.Env):
                  action_mode: str = "config", records: Any = None, use_cache: bool = False,
                  measure_options: Optional[MeasureOptions] = None,
                  measurer: Optional[Measurer] = None, failure_reward: Optional[float] = None,
-                 num_threads: int = 0, render_mode: Optional[str] = None) -> None:
+                 num_threads: int = 0, render_mode: Optional[str] = None,
+                 max_invalid_actions: Optional[int] = None) -> None:
         from ..features import FEATURE_MODES, feature_length
 
         self.workload = get_workload(workload)
@@ -118,8 +141,8 @@ class TensorSchedEnv(gym.Env):
             raise TensorGymError(f"unknown action_mode {action_mode!r}; use one of {ACTION_MODES}")
         if obs_mode not in FEATURE_MODES:
             raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {FEATURE_MODES}")
-        if budget < 1:
-            raise TensorGymError(f"budget must be at least 1, got {budget}")
+        if not is_int(budget) or budget < 1:
+            raise TensorGymError(f"budget must be an integer >= 1, got {budget!r}")
         self.budget = int(budget)
         self.reward_kind = reward
         self.obs_mode = obs_mode
@@ -135,13 +158,19 @@ class TensorSchedEnv(gym.Env):
         self._measurer = measurer
         self._own_measurer = measurer is None
         self._measure_options = measure_options or MeasureOptions()
-        self._num_threads = num_threads
+        self._runtime_kwargs = {"num_threads": num_threads} if self.target == "cpu" else {}
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None
         self._obs_cache = None
 
         n_knobs = len(self.space.knobs)
+        if max_invalid_actions is None:
+            max_invalid_actions = self.budget * n_knobs
+        if not is_int(max_invalid_actions) or max_invalid_actions < 1:
+            raise TensorGymError(f"max_invalid_actions must be an integer >= 1, got "
+                                 f"{max_invalid_actions!r}")
+        self.max_invalid_actions = int(max_invalid_actions)
         if action_mode == "config":
             self.action_space = spaces.MultiDiscrete(np.array(self.space.dims, dtype=np.int64))
         else:
@@ -167,9 +196,7 @@ class TensorSchedEnv(gym.Env):
     @property
     def measurer(self) -> Measurer:
         if self._measurer is None:
-            self._measurer = Measurer(self.target, self._measure_options,
-                                      **({"num_threads": self._num_threads}
-                                         if self.target == "cpu" else {}))
+            self._measurer = Measurer(self.target, self._measure_options, **self._runtime_kwargs)
         return self._measurer
 
     @property
@@ -222,6 +249,8 @@ class TensorSchedEnv(gym.Env):
             cfg_json = self.reference_config.to_json()
             cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
                       if self.records is not None else None)
+            if cached is not None and not (math.isfinite(cached) and cached > 0):
+                cached = None  # a damaged database: measure the reference again
             if cached is None:
                 r = self.measurer.measure(self.workload, [self.reference_config])[0]
                 if not r.ok:
@@ -244,6 +273,8 @@ class TensorSchedEnv(gym.Env):
         self.history: list[MeasureResult] = []
         self.best: Optional[MeasureResult] = None
         self._partial: list[int] = []
+        self.invalid_actions = 0  # this episode's, knob mode
+        self._truncated = False
         self._last_config = self.reference_config
         self._best_log = None
 
@@ -255,13 +286,21 @@ class TensorSchedEnv(gym.Env):
     def step(self, action):
         if self.trials >= self.budget:
             raise TensorGymError("the trial budget is spent: call reset() to start a new session")
-        if self.action_mode == "knob":
-            return self._step_knob(action)
+        if self._truncated:
+            raise TensorGymError(f"the episode was truncated after {self.invalid_actions} "
+                                 "invalid actions: call reset() to start a new one")
         try:
-            config = self.space.from_choices(np.asarray(action).reshape(-1).tolist())
-        except (InvalidConfigError, ValueError, TypeError) as e:
-            raise InvalidConfigError(f"invalid action {action!r}: {e}") from None
-        return self._step_config(config)
+            if self.action_mode == "knob":
+                return self._step_knob(action)
+            try:
+                config = self.space.from_choices(action)
+            except InvalidConfigError as e:
+                raise InvalidConfigError(f"invalid action {short_repr(action)}: {e}") from None
+            return self._step_config(config)
+        except TensorGymError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the documented contract: one exception family
+            raise StepError(f"step failed: {type(e).__name__}: {e}") from e
 
     def _step_config(self, config: Config):
         best_before = self.best
@@ -271,14 +310,26 @@ class TensorSchedEnv(gym.Env):
         terminated = self.trials >= self.budget
         return self._observe(), reward, terminated, False, self._info(result)
 
+    def _knob_option(self, action: Any) -> "int | str":
+        """The option ``action`` sets on the next knob, or why it is invalid."""
+        knob = self.space.knobs[len(self._partial)]
+        if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+            action = action.item()
+        if not is_int(action):
+            return (f"an action is one integer, the option of knob {knob.name}; got "
+                    f"{type(action).__name__} {short_repr(action)}")
+        if not 0 <= action < knob.size:
+            return f"option {action} out of range for knob {knob.name} ({knob.size} options)"
+        return int(action)
+
     def _step_knob(self, action):
-        k = len(self._partial)
-        a = int(np.asarray(action).reshape(-1)[0])
-        if not 0 <= a < self.space.knobs[k].size:
-            info = {"trials": self.trials, "error": "INVALID_ACTION",
-                    "error_msg": f"option {a} out of range for knob {self.space.knobs[k].name} "
-                                 f"({self.space.knobs[k].size} options)"}
-            return self._observe(), float(self.failure_reward), False, False, info
+        a = self._knob_option(action)
+        if isinstance(a, str):
+            self.invalid_actions += 1
+            self._truncated = self.invalid_actions >= self.max_invalid_actions
+            info = {"trials": self.trials, "error": "INVALID_ACTION", "error_msg": a,
+                    "invalid_actions": self.invalid_actions}
+            return self._observe(), float(self.failure_reward), False, self._truncated, info
         self._partial.append(a)
         if len(self._partial) < len(self.space.knobs):
             return self._observe(), 0.0, False, False, {"trials": self.trials}
@@ -295,7 +346,7 @@ class TensorSchedEnv(gym.Env):
         return mask
 
     def _reward(self, r: MeasureResult, best_before: Optional[MeasureResult]) -> float:
-        if not r.ok:
+        if not (r.ok and r.median > 0):
             return float(self.failure_reward)
         if self.reward_kind == "log_speedup":
             return float(math.log(self.reference_seconds / r.median))
@@ -337,3 +388,13 @@ class TensorSchedEnv(gym.Env):
             self._measurer.close()
             self._measurer = None
         super().close()
+
+    def __getstate__(self) -> dict:
+        # Processes do not travel: the copy starts its own measurer, with the same settings, when
+        # it first measures (a shared one stays with its owner). Records reconnects itself.
+        state = self.__dict__.copy()
+        m = state["_measurer"]
+        if m is not None and not self._own_measurer:
+            state["_measure_options"], state["_runtime_kwargs"] = m.options, dict(m.runtime_kwargs)
+        state["_measurer"], state["_own_measurer"] = None, True
+        return state
