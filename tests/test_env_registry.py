@@ -194,3 +194,15 @@ def test_vector_envs(mode):
         assert np.isfinite(reward).all()
     assert done_at == [1]  # budget 2; then the next step auto-resets
     venv.close()
+
+
+def test_a_fixed_id_refuses_another_workload_or_target():
+    from tensorgym.errors import TensorGymError
+    from tensorgym.workloads import matmul
+
+    with pytest.raises(TensorGymError, match="TensorSched-v0"):
+        gym.make("TensorSched-conv2d-C6-cpu", workload=matmul(8, 8, 8))
+    with pytest.raises(TensorGymError, match="fixed to target"):
+        gym.make("TensorSched-conv2d-C6-cpu", target="opencl")
+    assert gym.make("TensorSched-conv2d-C6-cpu", workload="conv2d-C6").unwrapped.workload.label \
+        == "conv2d-C6"

@@ -8,6 +8,23 @@ from ..templates import TARGET_ALIASES
 from ..workloads import WORKLOADS
 
 ENTRY_POINT = "tensorgym.envs.tensor_sched:TensorSchedEnv"
+FIXED_ENTRY_POINT = "tensorgym.envs:make_fixed"
+
+
+def make_fixed(*, fixed_workload: str, fixed_target: str, **kwargs):
+    """The env of a ``TensorSched-<workload>-<target>`` id: its name fixes both, so a
+    ``workload=`` or ``target=`` that says otherwise is an error, not a silent swap."""
+    from ..errors import TensorGymError
+    from .tensor_sched import TensorSchedEnv
+
+    for key, fixed in (("workload", fixed_workload), ("target", fixed_target)):
+        if key in kwargs and kwargs[key] != fixed:
+            raise TensorGymError(f"TensorSched-{fixed_workload}-{fixed_target} is fixed to "
+                                 f"{key}={fixed!r}; "
+                                 f"for {key}={kwargs[key]!r} use gym.make(\"TensorSched-v0\", "
+                                 f"workload=..., target=...)")
+        kwargs[key] = fixed
+    return TensorSchedEnv(**kwargs)
 
 
 def env_ids() -> list[str]:
@@ -22,8 +39,8 @@ def _register() -> None:
         for target in TARGET_ALIASES:
             env_id = f"TensorSched-{name}-{target}"
             if env_id not in gym.registry:
-                gym.register(env_id, entry_point=ENTRY_POINT, nondeterministic=True,
-                             kwargs={"workload": name, "target": target})
+                gym.register(env_id, entry_point=FIXED_ENTRY_POINT, nondeterministic=True,
+                             kwargs={"fixed_workload": name, "fixed_target": target})
 
 
 _register()
