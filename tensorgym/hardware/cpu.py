@@ -15,7 +15,8 @@ import numpy as np
 from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
-from .runtime import Kernel, Runtime, checked_inputs
+from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage, checked_inputs,
+                      page_floats)
 
 
 @lru_cache(maxsize=None)
@@ -65,23 +66,53 @@ def _cpu_model() -> str:
 _LIVE_ENGINES: list = []
 
 
+class GuardedBuffer:
+    """One buffer in a :class:`HostMapping`: [PROT_NONE][canary][data][canary][PROT_NONE]. A
+    small overrun lands in a canary (:meth:`damage`), a larger one faults."""
+
+    def __init__(self, name: str, data: "np.ndarray | None", size: int, stagger: int) -> None:
+        self.name = name
+        # Buffers start a cache line apart within their page: at one page offset, loads and
+        # stores 4 KiB apart would alias and slow kernels down.
+        self.start = GUARD + 16 * (stagger % 64)
+        self.mem = HostMapping(page_floats(self.start + size + GUARD))
+        self.mem.array.view(np.uint32)[:] = CANARY
+        self.array = self.mem.array[self.start:self.start + size]
+        self.array[:] = np.nan if data is None else data.reshape(-1)
+        self.ptr = self.mem.ptr + 4 * self.start
+
+    def damage(self) -> list[str]:
+        whole = self.mem.array
+        return canary_damage(self.name, whole[:self.start], whole[self.start + self.array.size:])
+
+    def free(self) -> None:
+        self.array = None
+        self.mem.free()
+
+
 class CPUKernel(Kernel):
     def __init__(self, engine, address: int, program: Program) -> None:
         self._engine = engine  # keeps the code alive
         self.program = program
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(program.buffers))(address)
 
-    def alloc(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        n_in = len(self.program.args) - 1
-        bufs = [x.copy() for x in checked_inputs(self.program, inputs)]
-        # NaN-filled, so an element the kernel forgets to write fails the check.
-        bufs += [np.full(b.shape, np.nan, np.float32) for b in self.program.buffers[n_in:]]
+    def alloc(self, inputs: Sequence[np.ndarray]) -> list[GuardedBuffer]:
+        data = checked_inputs(self.program, inputs)
+        bufs: list[GuardedBuffer] = []
+        try:
+            for i, b in enumerate(self.program.buffers):
+                bufs.append(GuardedBuffer(b.name, data[i] if i < len(data) else None, b.size, i))
+                if i < len(data):  # a kernel that writes an input faults
+                    bufs[-1].mem.make_read_only()
+        except BaseException:
+            self.release(bufs)
+            raise
         return bufs
 
-    def _ptrs(self, bufs: list[np.ndarray]) -> list[int]:
-        return [b.ctypes.data for b in bufs]
+    def _ptrs(self, bufs: list[GuardedBuffer]) -> list[int]:
+        return [b.ptr for b in bufs]
 
-    def time(self, bufs: list[np.ndarray], number: int) -> float:
+    def time(self, bufs: list[GuardedBuffer], number: int) -> float:
         import time
 
         ptrs = self._ptrs(bufs)
@@ -91,8 +122,16 @@ class CPUKernel(Kernel):
             fn(*ptrs)
         return (time.perf_counter() - t0) / number
 
-    def read_output(self, bufs: list[np.ndarray]) -> np.ndarray:
-        return bufs[len(self.program.args) - 1]
+    def read_output(self, bufs: list[GuardedBuffer]) -> np.ndarray:
+        return bufs[len(self.program.args) - 1].array.reshape(self.program.args[-1].shape).copy()
+
+    def check_guards(self, bufs: list[GuardedBuffer]) -> list[str]:
+        # inputs are read-only mappings: writing them faults instead
+        return [line for b in bufs[len(self.program.args) - 1:] for line in b.damage()]
+
+    def release(self, bufs: list[GuardedBuffer]) -> None:
+        for b in bufs:
+            b.free()
 
     _flush_buf: "np.ndarray | None" = None
 

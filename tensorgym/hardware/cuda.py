@@ -12,13 +12,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
-from .runtime import Kernel, Runtime, checked_inputs
+from .runtime import GUARD, DeviceKernel, Runtime
 
 
 class CUDACompileError(TensorGymError, RuntimeError):
@@ -146,9 +146,13 @@ class CUDARuntime(Runtime):
         module = _check(driver.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData")
         from ..codegen.cstyle import c_identifier  # noqa: PLC0415
 
-        func = _check(driver.cuModuleGetFunction(module, c_identifier(program.name).encode()),
-                      "cuModuleGetFunction")
-        return CUDAKernel(driver, module, func, program)
+        try:
+            func = _check(driver.cuModuleGetFunction(module, c_identifier(program.name).encode()),
+                          "cuModuleGetFunction")
+            return CUDAKernel(driver, module, func, program)
+        except BaseException:
+            driver.cuModuleUnload(module)
+            raise
 
 
 def nvrtc_compile(source: str, arch: str) -> bytes:
@@ -198,7 +202,7 @@ def nvcc_compile(source: str, arch: str, kind: str = "cubin", timeout: float = 1
             return f.read()
 
 
-class CUDAKernel(Kernel):
+class CUDAKernel(DeviceKernel):
     def __init__(self, driver, module, func, program: Program):
         self.driver = driver
         self.module = module
@@ -207,47 +211,52 @@ class CUDAKernel(Kernel):
         self.grid = tuple(program.launch.get("grid", (1, 1, 1)))
         self.block = tuple(program.launch.get("block", (1, 1, 1)))
         self.start = _check(driver.cuEventCreate(0), "cuEventCreate")
-        self.end = _check(driver.cuEventCreate(0), "cuEventCreate")
+        try:
+            self.end = _check(driver.cuEventCreate(0), "cuEventCreate")
+        except BaseException:
+            driver.cuEventDestroy(self.start)
+            raise
 
-    def alloc(self, inputs: Sequence[np.ndarray]) -> list:
+    def _upload(self, image: np.ndarray, size: int, read_only: bool) -> tuple:
         d = self.driver
-        bufs = []
-        for arr in checked_inputs(self.program, inputs):
-            ptr = _check(d.cuMemAlloc(arr.nbytes), "cuMemAlloc")
-            _check(d.cuMemcpyHtoD(ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
-            bufs.append(ptr)
-        for b in (self.program.args[-1], *self.program.workspaces):
-            bufs.append(_check(d.cuMemAlloc(4 * b.size), "cuMemAlloc"))
-        return bufs
+        alloc = _check(d.cuMemAlloc(image.nbytes), "cuMemAlloc")
+        try:
+            _check(d.cuMemcpyHtoD(alloc, image.ctypes.data, image.nbytes), "cuMemcpyHtoD")
+        except BaseException:
+            d.cuMemFree(alloc)
+            raise
+        return alloc, d.CUdeviceptr(int(alloc) + 4 * GUARD)
 
-    def _launch(self, bufs: list) -> None:
-        params = (tuple(bufs), (None,) * len(bufs))  # None: the value is a CUdeviceptr
+    def _download(self, alloc, start: int, out: np.ndarray) -> None:
+        src = self.driver.CUdeviceptr(int(alloc) + 4 * start)
+        _check(self.driver.cuMemcpyDtoH(out.ctypes.data, src, out.nbytes), "cuMemcpyDtoH")
+
+    def _free(self, alloc, view) -> None:
+        _check(self.driver.cuMemFree(alloc), "cuMemFree")
+
+    def _launch(self, args: list) -> None:
+        params = (tuple(args), (None,) * len(args))  # None: the value is a CUdeviceptr
         _check(self.driver.cuLaunchKernel(self.func, *self.grid, *self.block, 0, 0, params, 0),
                "cuLaunchKernel")
 
-    def time(self, bufs: list, number: int) -> float:
+    def time(self, bufs, number: int) -> float:
         d = self.driver
         _check(d.cuEventRecord(self.start, 0), "cuEventRecord")
         for _ in range(number):
-            self._launch(bufs)
+            self._launch(bufs.args)
         _check(d.cuEventRecord(self.end, 0), "cuEventRecord")
         _check(d.cuEventSynchronize(self.end), "kernel run")
         ms = _check(d.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
         return float(ms) * 1e-3 / number
 
-    def read_output(self, bufs: list) -> np.ndarray:
-        out = np.empty(self.program.args[-1].shape, np.float32)
-        _check(self.driver.cuMemcpyDtoH(out.ctypes.data, bufs[len(self.program.args) - 1],
-                                        out.nbytes), "cuMemcpyDtoH")
-        return out
-
-    def free(self, bufs: list) -> None:
-        """Release the buffers of :meth:`alloc` (a long search loads hundreds of kernels)."""
-        for b in bufs:
-            self.driver.cuMemFree(b)
-
     def close(self) -> None:
-        """Unload the module and its events."""
-        for ev in (self.start, self.end):
-            self.driver.cuEventDestroy(ev)
-        self.driver.cuModuleUnload(self.module)
+        """Destroy the events and unload the module (every call is made, then failures raise)."""
+        if self.module is None:
+            return
+        d = self.driver
+        results = [(d.cuEventDestroy(self.start), "cuEventDestroy"),
+                   (d.cuEventDestroy(self.end), "cuEventDestroy"),
+                   (d.cuModuleUnload(self.module), "cuModuleUnload")]
+        self.module = self.func = None
+        for result, what in results:
+            _check(result, what)

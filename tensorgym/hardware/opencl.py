@@ -9,13 +9,13 @@ Kernels are timed with OpenCL profiling events.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
-from .runtime import Kernel, Runtime, checked_inputs
+from .runtime import GUARD, DeviceKernel, HostMapping, Runtime, guarded_image
 
 
 class OpenCLBuildError(TensorGymError, RuntimeError):
@@ -76,6 +76,11 @@ class OpenCLRuntime(Runtime):
                 + ", ".join(d.name for d in devices))
         self._device = devices[self.device_index]
 
+    @property
+    def host_memory(self) -> bool:
+        """A CPU device: buffers live in our own guarded host mappings, which it uses in place."""
+        return bool(self.device.type & _pyopencl().device_type.CPU)
+
     def device_name(self) -> str:
         d = self.device
         return f"opencl:{d.platform.name.strip()}/{d.name.strip()}/{d.version.strip()}"
@@ -109,13 +114,18 @@ class OpenCLRuntime(Runtime):
         cl = _pyopencl()
         block = tuple(program.launch.get("block", (1, 1, 1)))
         queue = cl.CommandQueue(self.context)
-        bufs = [cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=4 * b.size)
-                for b in program.buffers]
+        # guarded like the worker's buffers, so a kernel that writes a little out of bounds
+        # cannot corrupt this process before the worker catches it
+        bufs = [_guarded_buffer(self.context, cl.mem_flags.READ_WRITE, guarded_image(None, b.size),
+                                b.size, self.host_memory) for b in program.buffers]
         try:
-            getattr(built, _kernel_name(program))(queue, block, block, *bufs)
+            getattr(built, _kernel_name(program))(queue, block, block, *(v for _, v in bufs))
             queue.finish()
         except cl.Error as e:
             raise OpenCLBuildError(f"OpenCL could not launch {program.name}: {e}") from None
+        finally:
+            for alloc, view in bufs:
+                _release(alloc, view)
 
     def load(self, binary: Any, program: Program) -> "OpenCLKernel":
         cl = _pyopencl()
@@ -132,12 +142,42 @@ def _kernel_name(program: Program) -> str:
     return c_identifier(program.name)
 
 
-class OpenCLKernel(Kernel):
+def _guarded_buffer(context, flags: int, image: np.ndarray, size: int, host_memory: bool) -> tuple:
+    """((buffer, its HostMapping or None), the sub-buffer of ``size`` floats at GUARD that the
+    kernel gets) for a :func:`guarded_image`. With ``host_memory`` (a CPU device, which uses the
+    mapping in place) a write past the canary faults, as on the cpu target."""
+    cl = _pyopencl()
+    mem = buf = view = None
+    try:
+        if host_memory:
+            mem = HostMapping(image.size)
+            mem.array[:] = image
+            buf = cl.Buffer(context, flags | cl.mem_flags.USE_HOST_PTR, hostbuf=mem.array)
+        else:
+            buf = cl.Buffer(context, flags | cl.mem_flags.COPY_HOST_PTR, hostbuf=image)
+        view = buf.get_sub_region(4 * GUARD, 4 * size)
+    except BaseException:
+        _release((buf, mem), view)
+        raise
+    return (buf, mem), view
+
+
+def _release(alloc: tuple, view) -> None:
+    buf, mem = alloc
+    for obj in (view, buf):
+        if obj is not None:
+            obj.release()
+    if mem is not None:
+        mem.free()
+
+
+class OpenCLKernel(DeviceKernel):
     def __init__(self, runtime: OpenCLRuntime, kernel, program: Program):
         cl = _pyopencl()
         self.cl = cl
         self.program = program
         self.kernel = kernel
+        self.host_memory = runtime.host_memory
         self.queue = cl.CommandQueue(runtime.context,
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
         block = tuple(program.launch.get("block", (1, 1, 1)))
@@ -145,30 +185,26 @@ class OpenCLKernel(Kernel):
         self.local_size = block
         self.global_size = tuple(g * b for g, b in zip(grid, block))
 
-    def alloc(self, inputs: Sequence[np.ndarray]) -> list:
-        cl, ctx = self.cl, self.queue.context
-        mf = cl.mem_flags
-        bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
-                for arr in checked_inputs(self.program, inputs)]
-        for b in (self.program.args[-1], *self.program.workspaces):
-            bufs.append(cl.Buffer(ctx, mf.READ_WRITE, size=4 * b.size))
-        return bufs
+    def _upload(self, image: np.ndarray, size: int, read_only: bool) -> tuple:
+        mf = self.cl.mem_flags
+        return _guarded_buffer(self.queue.context, mf.READ_ONLY if read_only else mf.READ_WRITE,
+                               image, size, self.host_memory)
 
-    def time(self, bufs: list, number: int) -> float:
-        events = [self.kernel(self.queue, self.global_size, self.local_size, *bufs)
+    def _download(self, alloc: tuple, start: int, out: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, out, alloc[0], src_offset=4 * start)
+
+    def _free(self, alloc: tuple, view) -> None:
+        _release(alloc, view)
+
+    def time(self, bufs, number: int) -> float:
+        events = [self.kernel(self.queue, self.global_size, self.local_size, *bufs.args)
                   for _ in range(number)]
         self.queue.finish()
         return sum(e.profile.end - e.profile.start for e in events) * 1e-9 / number
 
-    def read_output(self, bufs: list) -> np.ndarray:
-        out = np.empty(self.program.args[-1].shape, np.float32)
-        self.cl.enqueue_copy(self.queue, out, bufs[len(self.program.args) - 1])
-        return out
-
-    def free(self, bufs: list) -> None:
-        """Release the buffers of :meth:`alloc`."""
-        for b in bufs:
-            b.release()
-
     def close(self) -> None:
-        self.queue.finish()
+        """Wait for the queue, then drop the kernel, its program and the queue (pyopencl frees
+        an object when its last reference goes)."""
+        if self.queue is not None:
+            self.queue.finish()
+        self.kernel = self.queue = None

@@ -33,33 +33,46 @@ class Reference:
             if len(self._cache) > 8:
                 self._cache.clear()
             inputs = workload.random_inputs(self.seed)
-            self._cache[workload.key] = (inputs, workload.reference(inputs))
+            expected = workload.reference(inputs)
+            for arr in (*inputs, expected):  # shared by every job: no kernel path may alter them
+                arr.setflags(write=False)
+            self._cache[workload.key] = (inputs, expected)
         return self._cache[workload.key]
 
 
 def run_job(runtime, reference: Reference, workload, program, binary, opts) -> dict:
+    """Load one kernel, run it once and check it, then time it. Checked: the output against
+    NumPy (it starts NaN-filled), the canaries around every buffer, the inputs (unchanged).
+    ``suspect`` is set where the job may have damaged this process: a write out of bounds, a
+    runtime error, a wrong answer (the values it failed to write may have gone anywhere)."""
     t0 = time.perf_counter()
 
-    def fail(code: ErrorCode, msg: str) -> dict:
-        return {"costs": (), "error": int(code), "error_msg": msg[-2000:],
-                "run_time": time.perf_counter() - t0}
+    def fail(code: ErrorCode, msg: str, suspect: bool = True) -> dict:
+        out = {"costs": (), "error": int(code), "error_msg": msg[-2000:],
+               "run_time": time.perf_counter() - t0}
+        return {**out, "suspect": True} if suspect else out
 
-    try:
-        kernel = runtime.load(binary, program)
-    except Exception as e:  # noqa: BLE001 - any load failure is the kernel's fault
-        return fail(ErrorCode.COMPILE_DEVICE, f"load failed: {e!r}")
-    try:
-        inputs, expected = reference.get(workload)
-        bufs = kernel.alloc(inputs)
+    def guards(after: str) -> "dict | None":
+        damage = kernel.check_guards(bufs)
+        return fail(ErrorCode.RUNTIME_DEVICE, f"the kernel wrote where it must not (seen after "
+                    f"the {after}): " + "; ".join(damage)) if damage else None
+
+    def measure() -> dict:
         first = kernel.time(bufs, 1)  # warm-up; its output is the one checked
+        bad = guards("checked run")
+        if bad:
+            return bad
         if opts.check:
             out = np.asarray(kernel.read_output(bufs))
             scale = float(np.abs(expected).max()) or 1.0
             err = float(np.abs(out - expected).max()) / scale if out.shape == expected.shape \
                 else math.inf
             if not err <= tolerance(workload):  # also catches NaN
+                unwritten = int(np.isnan(out).sum())
                 return fail(ErrorCode.WRONG_ANSWER,
-                            f"max relative error {err:.3g} > {tolerance(workload):.3g}")
+                            f"max relative error {err:.3g} > {tolerance(workload):.3g}"
+                            + (f"; {unwritten} of {out.size} outputs never written (NaN)"
+                               if unwritten else ""))
         if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
             return {"costs": (first,), "error": 0, "error_msg": "", "number": 1,
                     "run_time": time.perf_counter() - t0}
@@ -69,10 +82,29 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
             if opts.flush_cache:
                 kernel.flush_cache()
             costs.append(kernel.time(bufs, number))
+        return guards("timed runs") or {"costs": tuple(costs), "error": 0, "error_msg": "",
+                                        "number": number, "run_time": time.perf_counter() - t0}
+
+    try:
+        kernel = runtime.load(binary, program)
+    except Exception as e:  # noqa: BLE001 - any load failure is the kernel's fault
+        return fail(ErrorCode.COMPILE_DEVICE, f"load failed: {e!r}", suspect=False)
+    bufs = result = None
+    try:
+        inputs, expected = reference.get(workload)
+        bufs = kernel.alloc(inputs)
+        result = measure()
     except Exception:  # noqa: BLE001
-        return fail(ErrorCode.RUNTIME_DEVICE, traceback.format_exc())
-    return {"costs": tuple(costs), "error": 0, "error_msg": "", "number": number,
-            "run_time": time.perf_counter() - t0}
+        result = fail(ErrorCode.RUNTIME_DEVICE, traceback.format_exc())
+    finally:  # free device memory and modules now, not when the worker recycles
+        try:
+            if bufs is not None:
+                kernel.release(bufs)
+            kernel.close()
+        except Exception:  # noqa: BLE001 - a runtime that cannot free is in a bad state
+            if result is not None:
+                result["suspect"] = True
+    return result
 
 
 class KernelWorker:
