@@ -15,6 +15,7 @@ import numpy as np
 from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
+from .host import available_cpus
 from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage, checked_inputs,
                       page_floats)
 
@@ -141,19 +142,27 @@ class CPUKernel(Kernel):
         CPUKernel._flush_buf += 1.0
 
 
+def _default_threads() -> int:
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+    except ValueError:
+        return available_cpus()
+
+
 class CPURuntime(Runtime):
     target = "cpu"
 
     def __init__(self, num_threads: int = 0) -> None:
-        self.num_threads = num_threads  # 0: libgomp's default (OMP_NUM_THREADS or all cores)
+        # 0: OMP_NUM_THREADS if set, else the cores this process may use (affinity, cgroup
+        # quota), made explicit so that the device label says what the kernels really use
+        self.num_threads = num_threads or _default_threads()
 
     def check_available(self) -> None:
         _init_llvm()
 
     def device_name(self) -> str:
         _init_llvm()
-        threads = self.num_threads or os.cpu_count()
-        return f"cpu/{llvm.get_host_cpu_name()}/{_cpu_model()}/{threads}t"
+        return f"cpu/{llvm.get_host_cpu_name()}/{_cpu_model()}/{self.num_threads}t"
 
     def render(self, program: Program) -> str:
         return emit_llvm(program, self.num_threads)
