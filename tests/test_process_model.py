@@ -11,6 +11,8 @@ import pytest
 from tensorgym.hardware.child import Child, ChildDied, ChildPool, ChildTimeout
 from tensorgym.hardware.host import DeviceLock, available_cpus
 
+from .proc_tree import descendants, survivors
+
 STEP = textwrap.dedent("""
     import gymnasium as gym
     import tensorgym
@@ -42,31 +44,6 @@ def test_code_from_stdin_and_from_c_takes_a_step(tmp_path):
                        text=True, timeout=300))
 
 
-def _children(pid: int) -> set[int]:
-    """Every live descendant of ``pid``."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 HANG = textwrap.dedent("""
     import sys
     from tensorgym import loopast as A
@@ -94,15 +71,12 @@ def test_kill_9_leaves_no_child_alive_even_with_a_hanging_kernel(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "hanging"
         time.sleep(1.0)  # the kernel is spinning in the worker now
-        kids = _children(proc.pid)
+        kids = descendants(proc.pid)
         assert len(kids) >= 3  # two builders and the worker
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + 5
-    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [k for k in kids if _alive(k)]
+    assert not survivors(kids, within=5.0)
 
 
 class Echo:

@@ -23,6 +23,8 @@ from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.records import Records
 from tensorgym.templates import space_for
+
+from .proc_tree import descendants, survivors
 from tensorgym.workloads import matmul
 
 TASK = ["matmul:16,16,16", "--threads", "1", "--json"]
@@ -103,15 +105,13 @@ def test_killed_tune_leaves_the_database_intact_and_resumes(capsys, tmp_path):
             except sqlite3.OperationalError:  # the schema is not there yet
                 pass
             time.sleep(0.02)
+        kids = descendants(proc.pid)  # builders and the measurement worker
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     finally:
-        try:  # builders and workers it left behind are not this test's subject
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.stderr.close()
+    assert kids and not survivors(kids, within=5.0)  # they die with the tune
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
