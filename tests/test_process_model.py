@@ -1,4 +1,5 @@
 """The process model: helper processes need nothing from the caller's script and die with it."""
+import json
 import os
 import signal
 import subprocess
@@ -147,3 +148,28 @@ def test_timed_runs_exclude_each_other_and_builds(tmp_path):
         fcntl.flock(b._file(), fcntl.LOCK_UN)
     a.close()
     b.close()
+
+
+TIME_SOME = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import matmul
+    w = matmul(64, 64, 64)
+    m = Measurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=20, compile_cache=False))
+    configs = space_for(w, "cpu").sample(np.random.default_rng(int(sys.argv[1])), 6)
+    print(json.dumps([r.extra["timed"] for r in m.measure(w, configs) if r.ok]))
+    m.close()
+""")
+
+
+def test_two_processes_never_time_on_one_device_at_once(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))  # their own lock directory
+    procs = [subprocess.Popen([sys.executable, "-c", TIME_SOME, str(seed)], env=env,
+                              stdout=subprocess.PIPE, text=True) for seed in (1, 2)]
+    windows = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(len(w) >= 3 for w in windows)
+    for a0, a1 in windows[0]:
+        for b0, b1 in windows[1]:
+            assert a1 <= b0 or b1 <= a0, "two timed runs overlapped"

@@ -195,34 +195,43 @@ class Measurer:
         return self._run(workload, config, self._build_all("build_program", [(program,)])[0])
 
     def _run(self, workload: Workload, config: Config, b: BuildResult) -> MeasureResult:
+        extra = {"compile_cache": True} if b.cached else {}
         common = dict(config=config, flops=workload.flops, build_time=b.time,
-                      timestamp=time.time(), extra={"compile_cache": True} if b.cached else {})
+                      timestamp=time.time())
         if b.error != ErrorCode.NO_ERROR:
-            return MeasureResult(costs=(), error=b.error, error_msg=b.msg, **common)
-        r = self._time(workload, b)
+            return MeasureResult(costs=(), error=b.error, error_msg=b.msg, extra=extra, **common)
+        r, window = self._time(workload, b)
+        extra["timed"] = window  # (start, end) wall clock with the device to itself
         return MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
-                             error_msg=r["error_msg"], run_time=r["run_time"], **common)
+                             error_msg=r["error_msg"], run_time=r["run_time"], extra=extra,
+                             **common)
 
-    def _time(self, workload: Workload, b: BuildResult) -> dict:
+    def _time(self, workload: Workload, b: BuildResult) -> tuple[dict, tuple[float, float]]:
         opts, worker = self.options, self._worker
         if not worker.alive or worker.calls >= opts.recycle_after:
             worker.start()  # before taking the lock: starting takes a moment
-        t0 = time.perf_counter()
         with self._timer_lock.exclusive():
-            try:
-                r = worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
-            except ChildTimeout:
-                return {"costs": (), "error": ErrorCode.RUN_TIMEOUT, "run_time": opts.timeout,
-                        "error_msg": f"no result within {opts.timeout:g} s: the kernel hangs or "
-                                     "is too slow"}
-            except (ChildDied, ChildError) as e:
-                worker.kill()
-                return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
-                        "run_time": time.perf_counter() - t0,
-                        "error_msg": f"{e}: the kernel crashed"[-2000:]}
+            start = time.time()
+            r = self._call_worker(workload, b)
+            window = (start, time.time())
         if r.get("suspect"):  # the kernel may have damaged the worker: the next one gets a new one
             worker.kill()
-        return r
+        return r, window
+
+    def _call_worker(self, workload: Workload, b: BuildResult) -> dict:
+        opts, worker = self.options, self._worker
+        t0 = time.perf_counter()
+        try:
+            return worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
+        except ChildTimeout:
+            return {"costs": (), "error": ErrorCode.RUN_TIMEOUT, "run_time": opts.timeout,
+                    "error_msg": f"no result within {opts.timeout:g} s: the kernel hangs or is "
+                                 "too slow"}
+        except (ChildDied, ChildError) as e:
+            worker.kill()
+            return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
+                    "run_time": time.perf_counter() - t0,
+                    "error_msg": f"{e}: the kernel crashed"[-2000:]}
 
     def measure(self, workload: Workload, configs: Sequence[Config]) -> list[MeasureResult]:
         self.runtime.check_available()
