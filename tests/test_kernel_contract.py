@@ -193,7 +193,7 @@ def test_run_job_flags_a_broken_contract_as_suspect(target, name, make, code, wo
     a correct kernel."""
     rt = _runtime(target)
     ok = _job(rt, correct(target))
-    assert ok["error"] == 0 and len(ok["costs"]) == 2 and "suspect" not in ok, ok
+    assert ok["error"] == 0 and 2 <= len(ok["costs"]) <= 10 and "suspect" not in ok, ok
     bad = _job(rt, make(correct(target)))
     assert bad["error"] == int(code) and words in bad["error_msg"] and bad["suspect"], bad
 

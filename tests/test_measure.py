@@ -43,7 +43,7 @@ def measurer():
 def test_crash_hang_and_wrong_answer_do_not_take_down_the_caller(measurer):
     cfg = default_config(W, "cpu")
     ok = measurer.measure(W, [cfg])[0]
-    assert ok.ok and ok.gflops > 0 and len(ok.costs) == 2
+    assert ok.ok and ok.gflops > 0 and 2 <= len(ok.costs) <= 10  # more while they spread
 
     crash = measurer.run_program(W, _program(segfault), cfg)
     assert crash.error == ErrorCode.RUNTIME_DEVICE and "died" in crash.error_msg

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
+import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..templates import canonical_target
 from ..workloads import Workload
 from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from .compile_cache import CompileCache, source_key
+from .drift import DriftMonitor, calibration_workload
 from .host import DeviceLock, available_cpus
 from .result import MeasureResult
 from .runtime import get_runtime
@@ -45,6 +47,12 @@ class MeasureOptions:
     recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
     slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
     compile_cache: bool = True  # reuse binaries of sources compiled before on this machine
+    max_repeat: int = 10  # more samples, up to this many, while their spread exceeds target_cv
+    target_cv: float = 0.05  # coefficient of variation a measurement aims for
+    stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
+    confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
+    calibrate: bool = True  # time a calibration kernel around each timing phase (drift)
+    drift_tolerance: float = 0.1  # a larger change of its speed re-takes the phase
 
 
 # ---------------------------------------------------------------- build (in builder processes)
@@ -159,6 +167,8 @@ class Measurer:
         self._host_lock = DeviceLock("host")
         self._timer_lock = DeviceLock(_timer_key(self.target, runtime_kwargs))
         self._device: "str | None" = None
+        self._drift = DriftMonitor()
+        self._calibration: Optional[tuple[Workload, BuildResult]] = None
 
     @property
     def device(self) -> str:
@@ -192,34 +202,119 @@ class Measurer:
     def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
         """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
         self.runtime.check_available()
-        return self._run(workload, config, self._build_all("build_program", [(program,)])[0])
+        b = self._build_all("build_program", [(program,)])[0]
+        return self._results(workload, [config], [b], self.options)[0]
 
-    def _run(self, workload: Workload, config: Config, b: BuildResult) -> MeasureResult:
+    def measure(self, workload: Workload, configs: Sequence[Config],
+                stop_slower_than: float = 0.0) -> list[MeasureResult]:
+        """Build and time ``configs``. ``stop_slower_than`` (seconds, 0: off) stops timing a
+        kernel once even its fastest sample is slower: such a result is real but flagged
+        ``extra["early_stop"]``, with fewer samples."""
+        self.runtime.check_available()
+        if not configs:
+            return []
+        opts = replace(self.options, stop_slower_than=stop_slower_than)
+        builds = self._build_all("build", [(workload, c) for c in configs])
+        return self._results(workload, list(configs), builds, opts)
+
+    def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
+        """Time ``result``'s config again in a fresh worker with ``confirm_repeat`` samples, so a
+        best is the kernel's own speed, not the luckiest of many noisy samples. The result has
+        the new samples only (independent of the selection); the first ones are kept in
+        ``extra["screened_costs"]``."""
+        b = self._build_all("build", [(workload, result.config)])[0]
+        opts = replace(self.options, repeat=self.options.confirm_repeat,
+                       max_repeat=self.options.confirm_repeat)
+        self._worker.kill()
+        again = self._results(workload, [result.config], [b], opts)[0]
+        return replace(again, build_time=result.build_time, run_time=result.run_time +
+                       again.run_time, extra={**again.extra, "confirmed": True,
+                                              "screened_costs": result.costs})
+
+    def _results(self, workload: Workload, configs: list[Config], builds: list[BuildResult],
+                 opts: MeasureOptions) -> list[MeasureResult]:
+        """Time the builds; configs that lower to the same kernel share one run. With
+        ``calibrate``, a calibration kernel is timed before and after: if the machine's speed
+        moved by more than ``drift_tolerance`` meanwhile, the kernels are timed once more, and
+        a drift that persists is flagged ``extra["drift"]`` (after / before)."""
+        out = self._time_all(workload, configs, builds, opts)
+        if not opts.calibrate or not any(r.extra.get("timed") for r in out):
+            return out
+        before, after = self._drift.pop_phase()
+        drift = after / before if before and after else 1.0
+        if abs(drift - 1.0) > opts.drift_tolerance:
+            out = self._time_all(workload, configs, builds, opts)
+            before, after = self._drift.pop_phase()
+            drift = after / before if before and after else 1.0
+            if abs(drift - 1.0) > opts.drift_tolerance:
+                out = [replace(r, extra={**r.extra, "drift": drift}) if r.ok else r for r in out]
+        return out
+
+    def _time_all(self, workload: Workload, configs: list[Config], builds: list[BuildResult],
+                  opts: MeasureOptions) -> list[MeasureResult]:
+        calibrating = opts.calibrate and any(b.error == ErrorCode.NO_ERROR for b in builds)
+        if calibrating:
+            self._drift.phase_start(self._calibration_time())
+        out: list[MeasureResult] = []
+        timed: dict[str, MeasureResult] = {}
+        for c, b in zip(configs, builds):
+            first = timed.get(b.key) if b.key and b.error == ErrorCode.NO_ERROR else None
+            if first is not None:
+                out.append(replace(first, config=c, build_time=b.time,
+                                   extra={**first.extra, "same_kernel_as": first.config.index}))
+                continue
+            out.append(self._run(workload, c, b, opts))
+            if b.key:
+                timed[b.key] = out[-1]
+        if calibrating:
+            self._drift.phase_end(self._calibration_time())
+        return out
+
+    def _calibration_time(self) -> Optional[float]:
+        """Seconds per run of a fixed small kernel, or None where it cannot be timed."""
+        if self._calibration is None:
+            w = calibration_workload()
+            from ..templates import default_config
+
+            self._calibration = (w, self._build_all("build", [(w, default_config(w, self.target))])[0])
+        w, b = self._calibration
+        if b.error != ErrorCode.NO_ERROR:
+            return None
+        opts = replace(self.options, repeat=3, max_repeat=3, min_repeat_ms=2.0,
+                       stop_slower_than=0.0)
+        r, _ = self._time(w, b, opts)
+        return statistics.median(r["costs"]) if r["error"] == 0 and r["costs"] else None
+
+    def _run(self, workload: Workload, config: Config, b: BuildResult,
+             opts: MeasureOptions) -> MeasureResult:
         extra = {"compile_cache": True} if b.cached else {}
         common = dict(config=config, flops=workload.flops, build_time=b.time,
                       timestamp=time.time())
         if b.error != ErrorCode.NO_ERROR:
             return MeasureResult(costs=(), error=b.error, error_msg=b.msg, extra=extra, **common)
-        r, window = self._time(workload, b)
+        r, window = self._time(workload, b, opts)
         extra["timed"] = window  # (start, end) wall clock with the device to itself
+        if r.get("early_stop"):
+            extra["early_stop"] = True
         return MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
                              error_msg=r["error_msg"], run_time=r["run_time"], extra=extra,
                              **common)
 
-    def _time(self, workload: Workload, b: BuildResult) -> tuple[dict, tuple[float, float]]:
-        opts, worker = self.options, self._worker
+    def _time(self, workload: Workload, b: BuildResult,
+              opts: MeasureOptions) -> tuple[dict, tuple[float, float]]:
+        worker = self._worker
         if not worker.alive or worker.calls >= opts.recycle_after:
             worker.start()  # before taking the lock: starting takes a moment
         with self._timer_lock.exclusive():
             start = time.time()
-            r = self._call_worker(workload, b)
+            r = self._call_worker(workload, b, opts)
             window = (start, time.time())
         if r.get("suspect"):  # the kernel may have damaged the worker: the next one gets a new one
             worker.kill()
         return r, window
 
-    def _call_worker(self, workload: Workload, b: BuildResult) -> dict:
-        opts, worker = self.options, self._worker
+    def _call_worker(self, workload: Workload, b: BuildResult, opts: MeasureOptions) -> dict:
+        worker = self._worker
         t0 = time.perf_counter()
         try:
             return worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
@@ -232,24 +327,6 @@ class Measurer:
             return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
                     "run_time": time.perf_counter() - t0,
                     "error_msg": f"{e}: the kernel crashed"[-2000:]}
-
-    def measure(self, workload: Workload, configs: Sequence[Config]) -> list[MeasureResult]:
-        self.runtime.check_available()
-        if not configs:
-            return []
-        builds = self._build_all("build", [(workload, c) for c in configs])
-        out: list[MeasureResult] = []
-        timed: dict[str, MeasureResult] = {}  # configs that lower to the same kernel share a run
-        for c, b in zip(configs, builds):
-            first = timed.get(b.key) if b.key and b.error == ErrorCode.NO_ERROR else None
-            if first is not None:
-                out.append(replace(first, config=c, build_time=b.time,
-                                   extra={**first.extra, "same_kernel_as": first.config.index}))
-                continue
-            out.append(self._run(workload, c, b))
-            if b.key:
-                timed[b.key] = out[-1]
-        return out
 
     def close(self) -> None:
         self._worker.kill()

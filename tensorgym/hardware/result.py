@@ -9,6 +9,14 @@ from ..errors import ErrorCode
 from ..space import Config
 
 
+def spread(costs) -> float:
+    """Coefficient of variation of timing samples (0 for fewer than two)."""
+    if len(costs) < 2:
+        return 0.0
+    mean = sum(costs) / len(costs)
+    return math.sqrt(sum((c - mean) ** 2 for c in costs) / (len(costs) - 1)) / mean if mean else 0.0
+
+
 @dataclass(frozen=True)
 class MeasureResult:
     """``costs`` are seconds per kernel run, one per timed sample (each sample averages ``number``
@@ -32,6 +40,11 @@ class MeasureResult:
     @property
     def median(self) -> float:
         return statistics.median(self.costs) if self.ok else math.inf
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of the samples (0 with fewer than two)."""
+        return spread(self.costs) if self.ok else 0.0
 
     @property
     def gflops(self) -> float:

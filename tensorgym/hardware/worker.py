@@ -14,6 +14,7 @@ import traceback
 import numpy as np
 
 from ..errors import ErrorCode
+from .result import spread
 
 
 def tolerance(workload) -> float:
@@ -77,13 +78,24 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
             return {"costs": (first,), "error": 0, "error_msg": "", "number": 1,
                     "run_time": time.perf_counter() - t0}
         number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
-        costs = []
-        for _ in range(opts.repeat):
+        costs, early = sample(number)
+        done = {"costs": tuple(costs), "error": 0, "error_msg": "", "number": number,
+                "run_time": time.perf_counter() - t0}
+        return guards("timed runs") or ({**done, "early_stop": True} if early else done)
+
+    def sample(number: int) -> tuple[list[float], bool]:
+        """``repeat`` samples, more (up to ``max_repeat``) while their spread exceeds
+        ``target_cv``; stops early once even the fastest is slower than ``stop_slower_than``."""
+        costs: list[float] = []
+        while True:
             if opts.flush_cache:
                 kernel.flush_cache()
             costs.append(kernel.time(bufs, number))
-        return guards("timed runs") or {"costs": tuple(costs), "error": 0, "error_msg": "",
-                                        "number": number, "run_time": time.perf_counter() - t0}
+            if opts.stop_slower_than and min(costs) > opts.stop_slower_than:
+                return costs, True
+            if len(costs) >= opts.repeat and (len(costs) >= max(opts.repeat, opts.max_repeat)
+                                              or spread(costs) <= opts.target_cv):
+                return costs, False
 
     try:
         kernel = runtime.load(binary, program)
