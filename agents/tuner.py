@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from tensorgym.hardware.result import MeasureResult
+from tensorgym.meter import Meter, meter_of
 from tensorgym.space import Config
 
 from .annealing import ParallelAnnealer
@@ -145,7 +146,9 @@ class ModelTuner:
              prior: Sequence[MeasureResult] = ()) -> list[MeasureResult]:
         """Measure up to ``n_trials`` new configs. ``prior``: results of this task measured
         before (e.g. ``Records.results``): they train the model and are never measured again,
-        like the env's own history."""
+        like the env's own history. Time goes to ``env.unwrapped.meter``: ``model`` (building,
+        fitting and predicting), ``search`` (annealing, selection, sampling); featurizing is
+        metered by the env."""
         if n_trials < 0:
             raise ValueError("n_trials must be >= 0")
         u = env.unwrapped
@@ -154,7 +157,9 @@ class ModelTuner:
         budget = getattr(u, "budget", None)
         if budget is not None:
             n_trials = min(n_trials, max(0, budget - getattr(u, "trials", 0)))
-        self.model = model = self.build_model(u, seed)
+        meter = meter_of(env)
+        with meter.time("model"):
+            self.model = model = self.build_model(u, seed)
         features = FeatureCache(u.featurize, model.feature_mode)
         annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps, self.sa_early_stop,
                                     seed=rng.spawn(1)[0])
@@ -166,21 +171,25 @@ class ModelTuner:
         data_gflops = [r.gflops for r in known]
         model_ready = isinstance(model, TransferModel)
         if max(data_gflops, default=0.0) > 0:
-            self._fit(model, features, data_configs, data_gflops)
+            self._fit(model, features, data_configs, data_gflops, meter)
             model_ready = True
 
         def score(configs: Sequence[Config]) -> np.ndarray:
-            return model.predict(features(configs))
+            X = features(configs)
+            with meter.time("model"):
+                return model.predict(X)
 
         self.history = []
         while len(self.history) < n_trials and len(measured) < space.size:
             b = min(self._batch(n_trials), n_trials - len(self.history))
-            if model_ready:
-                k = max(b, int(round(self.plan_ratio * b)))
-                candidates = annealer.find_maximums(score, k, exclude=measured)
-                batch = select_batch(candidates, space, b, self.alpha, self.epsilon, rng, measured)
-            else:  # nothing to learn from yet: Algorithm 1 starts from random samples
-                batch = space.sample_unique(rng, b, exclude=measured)
+            with meter.time("search"):  # less the featurize and model time of score()
+                if model_ready:
+                    k = max(b, int(round(self.plan_ratio * b)))
+                    candidates = annealer.find_maximums(score, k, exclude=measured)
+                    batch = select_batch(candidates, space, b, self.alpha, self.epsilon, rng,
+                                         measured)
+                else:  # nothing to learn from yet: Algorithm 1 starts from random samples
+                    batch = space.sample_unique(rng, b, exclude=measured)
             if not batch:
                 break
             results = list(u.measure(batch))
@@ -190,7 +199,7 @@ class ModelTuner:
                 data_configs.append(r.config)
                 data_gflops.append(r.gflops)
             if max(data_gflops, default=0.0) > 0:
-                self._fit(model, features, data_configs, data_gflops)
+                self._fit(model, features, data_configs, data_gflops, meter)
                 model_ready = True
             for cb in callbacks:
                 cb(self, results)
@@ -198,9 +207,10 @@ class ModelTuner:
 
     @staticmethod
     def _fit(model: CostModel, features: FeatureCache, configs: list[Config],
-             gflops: list[float]) -> None:
+             gflops: list[float], meter: Meter) -> None:
         y = np.asarray(gflops, np.float64)
-        model.fit(features(configs), y / y.max())
+        with meter.time("model"):  # less the env's featurize time inside
+            model.fit(features(configs), y / y.max())
 
     @property
     def best(self) -> MeasureResult | None:

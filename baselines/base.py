@@ -6,13 +6,13 @@ Batches (default 8) let the env build a batch's kernels in parallel.
 """
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from tensorgym.hardware.result import MeasureResult
+from tensorgym.meter import meter_of
 from tensorgym.space import Config, ConfigSpace
 
 Callback = Callable[[Any, list[MeasureResult]], None]
@@ -30,9 +30,8 @@ class Agent(ABC):
     name: str = ""
     #: keyword arguments the env should be made with for this agent (e.g. an action mode)
     env_kwargs: dict = {}
-    #: seconds the last ``tune`` spent deciding what to measure (outside env.measure / step);
-    #: builds run in parallel, so this cannot be derived from summed build and run times
-    search_time: "float | None" = None
+    # Where the time goes is metered on the env (``env.unwrapped.meter``, tensorgym.meter):
+    # an agent charges its own work there with ``meter.time("search")`` / ``("model")``.
 
     @abstractmethod
     def tune(self, env: Any, n_trials: int, seed: int = 0,
@@ -41,7 +40,8 @@ class Agent(ABC):
 
 
 class BatchSearchAgent(Agent):
-    """An ask/tell search: subclasses propose configs (``ask``) and learn from results (``tell``)."""
+    """An ask/tell search: subclasses propose configs (``ask``) and learn from results (``tell``).
+    ``reset``, ``ask`` and ``tell`` are metered as ``search`` on the env's meter."""
 
     def __init__(self, batch_size: int = 8) -> None:
         if batch_size < 1:
@@ -66,20 +66,20 @@ class BatchSearchAgent(Agent):
         n_trials = check_budget(n_trials)
         callbacks = list(callbacks)
         base = env.unwrapped
-        self.reset(base.space, np.random.default_rng(seed), n_trials)
+        meter = meter_of(env)
         prior = [r for r in prior if r.config.space_name == base.space.name]
-        if prior:
-            self.tell([r.config for r in prior], prior)
+        with meter.time("search"):
+            self.reset(base.space, np.random.default_rng(seed), n_trials)
+            if prior:
+                self.tell([r.config for r in prior], prior)
         known = {r.config.index for r in prior}
         proposed = 0
         history: list[MeasureResult] = []
-        self.search_time = 0.0
         while len(history) < n_trials:
-            t0 = time.perf_counter()
-            asked = self.ask(min(self.batch_size, n_trials - len(history)))
+            with meter.time("search"):
+                asked = self.ask(min(self.batch_size, n_trials - len(history)))
+                configs = [c for c in asked if c.index not in known]
             proposed += len(asked)
-            configs = [c for c in asked if c.index not in known]
-            self.search_time += time.perf_counter() - t0
             if not configs:
                 # ask never repeats itself: a space's worth of proposals means it ran out
                 if asked and proposed < base.space.size:
@@ -87,9 +87,8 @@ class BatchSearchAgent(Agent):
                 break  # the whole space has been measured
             known.update(c.index for c in configs)
             results = list(base.measure(configs))
-            t0 = time.perf_counter()
-            self.tell(configs, results)
-            self.search_time += time.perf_counter() - t0
+            with meter.time("search"):
+                self.tell(configs, results)
             history.extend(results)
             for cb in callbacks:
                 cb(self, results)

@@ -41,27 +41,30 @@ class RunOptions:
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
               options: RunOptions, display_name: str = "", measurer: Any = None) -> Entry:
     """One agent on one task with one seed (listed as ``display_name`` if given). A shared
-    ``measurer`` saves starting a measurement worker per entry."""
+    ``measurer`` saves starting a measurement worker per entry.
+
+    Times come from the env's meter (``tensorgym.meter``), the same way for every agent:
+    ``build_time`` and ``measure_time`` are the wall seconds of the build and timing phases,
+    ``search_time`` the agent's own time (featurize + model + search)."""
     w = get_workload(workload)
     agent_opts = options.agent_options.get(display_name or agent_name, {})
     agent = get_agent(agent_name, **agent_opts)
     env = make_env(w, target, budget=trials, records=options.records, measurer=measurer,
                    **{**options.env_options, **getattr(agent, "env_kwargs", {})})
+    meter = env.unwrapped.meter
+    start = meter.copy()
     try:
         t0 = time.perf_counter()
         history = agent.tune(env, trials, seed=seed)
         wall = time.perf_counter() - t0
     finally:
         env.close()
+    spent = meter.since(start)
     if len(history) > trials:
         raise TensorGymError(f"agent {agent_name} used {len(history)} trials, budget {trials}")
-    build = sum(r.build_time for r in history)
-    measure = sum(r.run_time for r in history)
-    search = getattr(agent, "search_time", None)
-    if search is None:  # an agent that does not time itself (builds in parallel overlap)
-        search = max(0.0, wall - build - measure)
-    entry = Entry(display_name or agent_name, w.key, target, seed, trials, w.flops, wall, build,
-                  measure, search, [Trial.from_result(r) for r in history],
+    entry = Entry(display_name or agent_name, w.key, target, seed, trials, w.flops, wall,
+                  spent.build, spent.run, spent.featurize + spent.model + spent.search,
+                  [Trial.from_result(r) for r in history],
                   agent_options=agent_opts, label=w.name)
     entry.best = best_of(entry, options.remeasure, measurer)
     return entry

@@ -9,6 +9,12 @@ from a pre-trained policy instead of a fresh one, and either keeps learning onli
 (``learn=True``, default) or only acts (``learn=False``: pure evaluation of the pre-trained
 policy, sampled stochastically so it does not re-propose one config forever).
 
+Time on the env's meter (``env.unwrapped.meter``): ``model`` is building the policy and its
+gradient updates (PPO's ``train()``); ``search`` is everything else in learning or acting:
+policy forward passes that choose actions, rollout buffers, advantages, stable-baselines3's own
+bookkeeping. The env's steps charge build, run and featurize (observations) themselves, and the
+callbacks run inside a step count as ``other``.
+
 Train/evaluate split (``train_policy`` / ``python -m tensorgym.baselines.rl_split``): train one
 policy on some workloads (real envs, real measurements), save it, then evaluate it with
 ``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. MaskablePPO
@@ -18,13 +24,13 @@ space, so a pre-trained PPO policy only runs on workloads with the same knob siz
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Iterable
 
 import numpy as np
 
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.result import MeasureResult
+from tensorgym.meter import Meter, meter_of
 
 from .base import Agent, Callback, check_budget
 
@@ -34,14 +40,14 @@ class _TrialRecorder:
     step that measured it, before any auto-reset clears the env's history), forwards it to the
     callbacks, and ends the session once the agent's budget is spent."""
 
-    def __new__(cls, env: Any, agent: "SB3Agent", n_trials: int, callbacks: list[Callback]):
+    def __new__(cls, env: Any, agent: "SB3Agent", n_trials: int, callbacks: list[Callback],
+                meter: Meter):
         import gymnasium as gym
 
         class Recorder(gym.Wrapper):
             def __init__(self) -> None:
                 super().__init__(env)
                 self.results: list[MeasureResult] = []
-                self.step_time = 0.0  # seconds inside the env's step (building, measuring)
 
             @property
             def spent(self) -> bool:
@@ -50,14 +56,13 @@ class _TrialRecorder:
             def step(self, action: Any):
                 base = self.env.unwrapped
                 before = len(base.history)
-                t0 = time.perf_counter()
                 obs, reward, terminated, truncated, info = self.env.step(action)
-                self.step_time += time.perf_counter() - t0
                 new = list(base.history[before:])
                 if new:
                     self.results.extend(new)
-                    for cb in callbacks:
-                        cb(agent, new)
+                    with meter.time("other"):
+                        for cb in callbacks:
+                            cb(agent, new)
                 if self.spent:
                     # the learner stops after this step; not ending the episode keeps the env's
                     # history (a vectorized env would reset it at once)
@@ -176,18 +181,29 @@ class SB3Agent(Agent):
     def _tune(self, env: Any, n_trials: int, seed: int,
               callbacks: Iterable[Callback]) -> list[MeasureResult]:
         self._check_env(env)
-        t0 = time.perf_counter()
-        recorder = _TrialRecorder(env, self, n_trials, list(callbacks))
+        meter = meter_of(env)
+        recorder = _TrialRecorder(env, self, n_trials, list(callbacks), meter)
         wrapped = self._wrap(recorder)
-        self.model = self.build(wrapped, seed, n_trials)
+        with meter.time("model"):
+            self.model = self.build(wrapped, seed, n_trials)
         # every step measures at most one config; the step limit is only a safety net
         limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.model.n_steps
-        if self.learn:
-            self.model.learn(total_timesteps=limit, callback=_stop_when_spent(recorder),
-                             reset_num_timesteps=True)
-        else:
-            self._act(wrapped, recorder, seed, limit)
-        self.search_time = time.perf_counter() - t0 - recorder.step_time
+        with meter.time("search"):  # less the env's steps and the updates, metered inside
+            if self.learn:
+                train = self.model.train
+
+                def metered_train() -> None:
+                    with meter.time("model"):
+                        train()
+
+                self.model.train = metered_train  # learn() calls self.train() per rollout
+                try:
+                    self.model.learn(total_timesteps=limit,
+                                     callback=_stop_when_spent(recorder), reset_num_timesteps=True)
+                finally:
+                    del self.model.train  # back to the class's method (and out of save())
+            else:
+                self._act(wrapped, recorder, seed, limit)
         return recorder.results[:n_trials]
 
     def _wrap(self, env: Any) -> Any:

@@ -227,7 +227,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if n_new and not (args.no_progress or args.json):
             from tqdm import tqdm
 
-            bar = tqdm(total=n_new, desc=f"{args.agent} {workload.label}", unit="trial")
+            # rate_noinv: always trials/s (tqdm's own rate flips to s/trial below 1/s);
+            # smoothing=0: the average since the start, as batches arrive in bursts
+            bar = tqdm(total=n_new, desc=f"{args.agent} {workload.label}", unit=" trials",
+                       smoothing=0, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
+                       "[{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]")
 
         def on_batch(_agent: Any, batch: list) -> None:
             if bar is not None:
@@ -235,6 +239,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 bar.set_postfix(best=f"{best:.2f} GFLOP/s", refresh=False)
                 bar.update(len(batch))
 
+        start = u.meter.copy()
         t0 = time.perf_counter()
         history = []
         if n_new:
@@ -242,6 +247,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             history = agent.tune(env, n_new, seed=args.seed, callbacks=[on_batch],
                                  **({"prior": prior} if prior and accepts else {}))
         wall = time.perf_counter() - t0
+        spent = u.meter.since(start)
         if bar is not None:
             bar.close()
             bar = None
@@ -261,6 +267,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "best_gflops": best.gflops if best else 0.0,
         "best_config": json.loads(best.config.to_json()) if best else None,
         "best_reused": bool(best and best.cached),
+        "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
     if best is not None and args.export_source:
         from .hardware.runtime import get_runtime
@@ -275,6 +282,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         reused = f", {len(prior)} earlier measurements reused" if prior else ""
         print(f"{workload.label} on {args.target}: {len(history)} trials "
               f"({summary['failures']} failed) in {wall:.1f}s{reused}")
+        print(spent.line(wall))
         if best is None:
             print("no valid config found")
         else:

@@ -11,6 +11,7 @@ from gymnasium import spaces
 from ..errors import InvalidConfigError, StepError, TensorGymError
 from ..hardware.measure import Measurer, MeasureOptions
 from ..hardware.result import MeasureResult
+from ..meter import Meter
 from ..records import Records
 from ..space import Config, is_int, short_repr
 from ..templates import canonical_target, default_config, space_for
@@ -109,14 +110,26 @@ class TensorSchedEnv(gym.Env):
     nothing), ``use_cache`` (serve configs already in the database instead of re-measuring),
     ``measure_options`` (``MeasureOptions``), ``measurer`` (share one between envs),
     ``failure_reward``, ``max_invalid_actions`` (knob mode, see Episode End), ``num_threads``
-    (CPU threads of parallel loops; 0 = all cores).
+    (CPU threads of parallel loops; 0 = all cores), ``confirm_best`` and ``early_stop`` (below).
+
+    ## Measurements: confirmed bests, early stops
+    A result that would become the best is timed again in a fresh worker (``confirm_best``,
+    default on) and keeps only those samples (``info["confirmed"]``): ``best`` and
+    ``info["best_gflops"]`` are confirmed figures, not the luckiest of many noisy samples.
+    With ``early_stop`` = r (default 3; 0 turns it off, as datasets should), timing a kernel
+    stops once even its fastest sample is over r times the best's median: its time is a real
+    sample, from fewer samples, flagged ``info["early_stop"]``; rewards treat it like any time
+    (it is far from the best either way). ``info["drift"]`` flags a measurement taken while the
+    machine's speed moved (see ``MeasureOptions.calibrate``).
 
     The env pickles (``pickle.dumps(env)``, and so ``AsyncVectorEnv``): the copy keeps the
     episode (history, best, partial knobs, ``np_random``), reconnects to the same records
     database, and starts its own measurer (same target and options) when it first measures.
 
     ``env.unwrapped`` exposes ``space``, ``featurize(configs)``, ``measure(configs)``, ``history``,
-    ``best`` and ``reference_gflops`` for search agents.
+    ``best`` and ``reference_gflops`` for search agents, and ``meter`` (``tensorgym.meter.Meter``:
+    seconds in build, run, featurize, model and search, over the env's life, across ``reset()``;
+    the env fills the first three, agents the others).
 
     ## Version History
     * v0: first version.
@@ -130,7 +143,8 @@ class TensorSchedEnv(gym.Env):
                  measure_options: Optional[MeasureOptions] = None,
                  measurer: Optional[Measurer] = None, failure_reward: Optional[float] = None,
                  num_threads: int = 0, render_mode: Optional[str] = None,
-                 max_invalid_actions: Optional[int] = None) -> None:
+                 max_invalid_actions: Optional[int] = None, confirm_best: bool = True,
+                 early_stop: float = 3.0) -> None:
         from ..features import FEATURE_MODES, feature_length
 
         self.workload = get_workload(workload)
@@ -148,6 +162,10 @@ class TensorSchedEnv(gym.Env):
         self.obs_mode = obs_mode
         self.action_mode = action_mode
         self.use_cache = use_cache
+        self.confirm_best = confirm_best
+        if not (early_stop == 0 or early_stop >= 1):
+            raise TensorGymError(f"early_stop must be 0 (off) or a ratio >= 1, got {early_stop!r}")
+        self.early_stop = float(early_stop)
         self.failure_reward = (failure_reward if failure_reward is not None
                                else (-5.0 if reward == "log_speedup" else 0.0))
         self.render_mode = render_mode
@@ -163,6 +181,7 @@ class TensorSchedEnv(gym.Env):
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None
         self._obs_cache = None
+        self.meter = Meter()
 
         n_knobs = len(self.space.knobs)
         if max_invalid_actions is None:
@@ -209,8 +228,9 @@ class TensorSchedEnv(gym.Env):
         lowered on ``n_jobs`` processes (default: every core this process may use)."""
         from ..features import default_jobs, featurize
 
-        return featurize(self.workload, list(configs), mode or self.obs_mode, space=self.space,
-                         n_jobs=default_jobs() if n_jobs is None else n_jobs)
+        with self.meter.time("featurize"):
+            return featurize(self.workload, list(configs), mode or self.obs_mode,
+                             space=self.space, n_jobs=default_jobs() if n_jobs is None else n_jobs)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""
@@ -220,17 +240,21 @@ class TensorSchedEnv(gym.Env):
                 raise InvalidConfigError(f"config of space {c.space_name}, env is {self.space.name}")
         results: list[Optional[MeasureResult]] = [None] * len(configs)
         if self.use_cache and self.records is not None:
-            for i, c in enumerate(configs):
-                rec = self.records.lookup(self.workload.key, self.target, self.device, c.to_json())
-                if rec is not None:
-                    results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
-                                               self.workload.flops, rec.build_time, rec.run_time,
-                                               rec.timestamp, cached=True)
+            with self.meter.time("other"):
+                for i, c in enumerate(configs):
+                    rec = self.records.lookup(self.workload.key, self.target, self.device,
+                                              c.to_json())
+                    if rec is not None:
+                        results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
+                                                   self.workload.flops, rec.build_time,
+                                                   rec.run_time, rec.timestamp, cached=True)
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
-            fresh = self.measurer.measure(self.workload, [configs[i] for i in todo])
+            bound = self.early_stop * self.best.median if self.early_stop and self.best else 0.0
+            fresh = self._measure_now([configs[i] for i in todo], stop_slower_than=bound)
             if self.records is not None:
-                self.records.add_many(self.workload, self.target, self.device, fresh)
+                with self.meter.time("other"):
+                    self.records.add_many(self.workload, self.target, self.device, fresh)
             for i, r in zip(todo, fresh):
                 results[i] = r
         for r in results:
@@ -238,6 +262,34 @@ class TensorSchedEnv(gym.Env):
             if r.ok and (self.best is None or r.gflops > self.best.gflops):
                 self.best = r
         return results  # type: ignore[return-value]
+
+    def _measure_now(self, configs: list[Config], **kwargs: Any) -> list[MeasureResult]:
+        """``measurer.measure`` (and the confirmation of new bests), its build and timing
+        phases charged to ``meter``."""
+        m = self.measurer
+        before = dict(m.seconds)
+        fresh = m.measure(self.workload, configs, **kwargs)
+        if self.confirm_best:
+            fresh = self._confirm_new_bests(fresh)
+        self.meter.add_measurement(m.seconds["build"] - before["build"],
+                                   m.seconds["run"] - before["run"], fresh)
+        return fresh
+
+    def _confirm_new_bests(self, fresh: list[MeasureResult]) -> list[MeasureResult]:
+        """Re-time, in a fresh worker, each result that would become the best, until the batch's
+        fastest unconfirmed result no longer beats the best: the best is always a confirmed
+        figure, never the luckiest of many noisy samples."""
+        fresh = list(fresh)
+        best = self.best.gflops if self.best else 0.0
+        while True:
+            open_ = [i for i, r in enumerate(fresh) if r.ok and not r.extra.get("confirmed")
+                     and r.gflops > best]
+            if not open_:
+                return fresh
+            i = max(open_, key=lambda j: fresh[j].gflops)
+            fresh[i] = self.measurer.confirm(self.workload, fresh[i])
+            if fresh[i].ok:
+                best = max(best, fresh[i].gflops)
 
     @property
     def trials(self) -> int:
@@ -252,7 +304,7 @@ class TensorSchedEnv(gym.Env):
             if cached is not None and not (math.isfinite(cached) and cached > 0):
                 cached = None  # a damaged database: measure the reference again
             if cached is None:
-                r = self.measurer.measure(self.workload, [self.reference_config])[0]
+                r = self._measure_now([self.reference_config])[0]
                 if not r.ok:
                     raise TensorGymError(f"the reference schedule of {self.workload.label} failed "
                                          f"on {self.target}: {r.error.name} {r.error_msg}")
@@ -374,7 +426,9 @@ class TensorSchedEnv(gym.Env):
                 "error": r.error.name, "error_msg": r.error_msg,
                 "best_gflops": self.best.gflops if self.best else 0.0,
                 "trials": self.trials, "cached": r.cached,
-                "build_time": r.build_time, "run_time": r.run_time}
+                "build_time": r.build_time, "run_time": r.run_time, "cv": r.cv,
+                "confirmed": bool(r.extra.get("confirmed")),
+                "early_stop": bool(r.extra.get("early_stop")), "drift": r.extra.get("drift")}
 
     def render(self):
         if self.render_mode != "ansi":

@@ -15,9 +15,10 @@ import importlib.metadata
 import inspect
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import ErrorCode, InvalidConfigError
 from ..loopast import Program
@@ -169,6 +170,15 @@ class Measurer:
         self._device: "str | None" = None
         self._drift = DriftMonitor()
         self._calibration: Optional[tuple[Workload, BuildResult]] = None
+        self.seconds = {"build": 0.0, "run": 0.0}  # wall time in build and timing phases
+
+    @contextmanager
+    def _clock(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
 
     @property
     def device(self) -> str:
@@ -185,7 +195,7 @@ class Measurer:
             self._builders = ChildPool(Builder, self.target, self.runtime_kwargs,
                                        self.options.compile_cache, size=n, name="builder")
         limit = self.options.build_timeout
-        with self._host_lock.shared():
+        with self._clock("build"), self._host_lock.shared():
             answers = self._builders.map(method, calls, timeout=limit)
         out = []
         for ok, value in answers:
@@ -237,6 +247,11 @@ class Measurer:
         ``calibrate``, a calibration kernel is timed before and after: if the machine's speed
         moved by more than ``drift_tolerance`` meanwhile, the kernels are timed once more, and
         a drift that persists is flagged ``extra["drift"]`` (after / before)."""
+        with self._clock("run"):
+            return self._timed_results(workload, configs, builds, opts)
+
+    def _timed_results(self, workload: Workload, configs: list[Config],
+                       builds: list[BuildResult], opts: MeasureOptions) -> list[MeasureResult]:
         out = self._time_all(workload, configs, builds, opts)
         if not opts.calibrate or not any(r.extra.get("timed") for r in out):
             return out

@@ -1,0 +1,87 @@
+"""Timing that is cheap and true: samples adapt to their spread, a kernel that has lost stops
+early (flagged, never faked), a new best is confirmed in a fresh worker, drift is caught."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import tensorgym  # noqa: F401  (registers the envs)
+from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.templates import space_for
+from tensorgym.workloads import matmul
+
+W = matmul(48, 32, 40)
+CONFIGS = space_for(W, "cpu").sample(np.random.default_rng(4), 4)
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    m = Measurer("cpu", MeasureOptions(repeat=2, max_repeat=6, min_repeat_ms=1))
+    yield m
+    m.close()
+
+
+def test_samples_stay_between_repeat_and_max_repeat(measurer):
+    for r in measurer.measure(W, CONFIGS):
+        assert r.ok and 2 <= len(r.costs) <= 6
+        assert r.cv >= 0 and (len(r.costs) == 6 or r.cv <= 0.05)
+        start, end = r.extra["timed"]
+        assert start <= end
+
+
+def test_a_kernel_surely_slower_than_the_bound_stops_early_with_a_real_time(measurer):
+    r = measurer.measure(W, CONFIGS[:1], stop_slower_than=1e-12)[0]
+    assert r.ok and r.extra["early_stop"] and len(r.costs) == 1 and r.median > 1e-12
+    fine = measurer.measure(W, CONFIGS[:1], stop_slower_than=10.0)[0]
+    assert fine.ok and "early_stop" not in fine.extra and len(fine.costs) >= 2
+
+
+def test_confirm_times_again_in_a_fresh_worker(measurer):
+    first = measurer.measure(W, CONFIGS[:1])[0]
+    pid = measurer._worker.proc.pid
+    again = measurer.confirm(W, first)
+    assert again.ok and again.extra["confirmed"] and again.extra["screened_costs"] == first.costs
+    assert len(again.costs) == measurer.options.confirm_repeat
+    assert measurer._worker.proc.pid != pid
+
+
+def test_a_phase_timed_while_the_speed_moved_is_taken_again_and_flagged():
+    # A tolerance below zero makes every phase count as drifting: the path runs for real.
+    m = Measurer("cpu", MeasureOptions(repeat=2, max_repeat=2, min_repeat_ms=1,
+                                       drift_tolerance=-1.0))
+    try:
+        results = m.measure(W, CONFIGS[:2])
+        assert all(r.ok and r.extra["drift"] > 0 for r in results)
+        assert len(m._drift.history) == 4  # before and after, twice
+    finally:
+        m.close()
+    quiet = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, calibrate=False))
+    try:
+        assert all("drift" not in r.extra for r in quiet.measure(W, CONFIGS[:2]))
+        assert quiet._drift.history == []
+    finally:
+        quiet.close()
+
+
+def test_the_envs_best_is_always_confirmed(tmp_path, measurer):
+    env = gym.make("TensorSched-v0", workload=W, target="cpu", records=str(tmp_path / "r.db"),
+                   measurer=measurer, budget=9)
+    u = env.unwrapped
+    env.reset(seed=0)
+    results = u.measure(space_for(W, "cpu").sample(np.random.default_rng(7), 8))
+    assert u.best is not None and u.best.extra.get("confirmed")
+    assert u.best.gflops == max(r.gflops for r in results)
+    record = u.records.lookup(W.key, "cpu", u.device, u.best.config.to_json())
+    assert tuple(record.costs) == u.best.costs  # the database holds the confirmed samples
+    _, _, _, _, info = env.step(env.action_space.sample())
+    assert {"confirmed", "early_stop", "drift", "cv"} <= set(info)
+    assert info["best_gflops"] == u.best.gflops
+
+
+def test_early_stop_and_confirmation_can_be_switched_off(tmp_path, measurer):
+    env = gym.make("TensorSched-v0", workload=W, target="cpu", records=False, measurer=measurer,
+                   confirm_best=False, early_stop=0)
+    u = env.unwrapped
+    results = u.measure(CONFIGS)
+    assert not any(r.extra.get("confirmed") or r.extra.get("early_stop") for r in results)
+    with pytest.raises(tensorgym.TensorGymError, match="early_stop"):
+        gym.make("TensorSched-v0", workload=W, target="cpu", records=False, early_stop=0.5)
