@@ -96,7 +96,7 @@ class Entry:
     wall_time: float
     build_time: float
     measure_time: float
-    search_time: float  # the agent's own time outside measurement (featurize + model + search of the env's meter)
+    search_time: float  # featurize + model + search time, from the env's meter
     trials: list[Trial]
     best: "Best | None" = None
     agent_options: dict[str, Any] = field(default_factory=dict)
