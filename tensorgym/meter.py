@@ -30,7 +30,7 @@ class Meter:
       sum of per-config build seconds; that sum is ``build_cpu``, for information.
     - ``run``: wall seconds of the timing phase: the rest of each ``measure`` call, from the
       first timed window on (checks against NumPy, samples, calibrations, timeouts in full,
-      waits between kernels), plus confirmations of new bests (re-timing in a fresh worker).
+      waits between kernels), plus confirmations of new bests (re-timing with more samples).
       Results served from the records database add nothing to either. The split is read from
       the results' timed windows, so when the measurer re-takes a timing phase after a drift,
       the first pass counts as ``build``.

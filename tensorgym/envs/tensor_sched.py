@@ -113,8 +113,8 @@ class TensorSchedEnv(gym.Env):
     (CPU threads of parallel loops; 0 = all cores), ``confirm_best`` and ``early_stop`` (below).
 
     ## Measurements: confirmed bests, early stops
-    A result that would become the best is timed again in a fresh worker (``confirm_best``,
-    default on) and keeps only those samples (``info["confirmed"]``): ``best`` and
+    A result that would become the best is timed again with ``confirm_repeat`` samples
+    (``confirm_best``, default on) and keeps only those samples (``info["confirmed"]``): ``best`` and
     ``info["best_gflops"]`` are confirmed figures, not the luckiest of many noisy samples.
     With ``early_stop`` = r (default 3; 0 turns it off, as datasets should), timing a kernel
     stops once even its fastest sample is over r times the best's median: its time is a real
@@ -276,7 +276,7 @@ class TensorSchedEnv(gym.Env):
         return fresh
 
     def _confirm_new_bests(self, fresh: list[MeasureResult]) -> list[MeasureResult]:
-        """Re-time, in a fresh worker, each result that would become the best, until the batch's
+        """Re-time each result that would become the best, until the batch's
         fastest unconfirmed result no longer beats the best: the best is always a confirmed
         figure, never the luckiest of many noisy samples."""
         fresh = list(fresh)

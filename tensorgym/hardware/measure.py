@@ -228,14 +228,14 @@ class Measurer:
         return self._results(workload, list(configs), builds, opts)
 
     def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
-        """Time ``result``'s config again in a fresh worker with ``confirm_repeat`` samples, so a
+        """Time ``result``'s config again, freshly loaded, with ``confirm_repeat`` samples, so a
         best is the kernel's own speed, not the luckiest of many noisy samples. The result has
         the new samples only (independent of the selection); the first ones are kept in
-        ``extra["screened_costs"]``."""
+        ``extra["screened_costs"]``. (A fresh worker would cost a process start, ~0.3 s, and
+        every job already gets freshly mapped buffers.)"""
         b = self._build_all("build", [(workload, result.config)])[0]
         opts = replace(self.options, repeat=self.options.confirm_repeat,
                        max_repeat=self.options.confirm_repeat)
-        self._worker.kill()
         again = self._results(workload, [result.config], [b], opts)[0]
         return replace(again, build_time=result.build_time, run_time=result.run_time +
                        again.run_time, extra={**again.extra, "confirmed": True,
