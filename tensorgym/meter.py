@@ -23,17 +23,14 @@ class Meter:
     charged to its own category and left out of the enclosing one, so the parts of a tune add
     up to no more than its wall time.
 
-    - ``build``: wall seconds of the measurer's build phase, i.e. its critical path: in each
-      ``Measurer.measure`` call, the time before the first kernel's timed window (lowering and
-      compiling in parallel builder processes, starting them and the timing worker, the
-      calibration timed before the first kernel). Builds run in parallel, so this is not the
-      sum of per-config build seconds; that sum is ``build_cpu``, for information.
-    - ``run``: wall seconds of the timing phase: the rest of each ``measure`` call, from the
-      first timed window on (checks against NumPy, samples, calibrations, timeouts in full,
-      waits between kernels), plus confirmations of new bests (re-timing with more samples).
-      Results served from the records database add nothing to either. The split is read from
-      the results' timed windows, so when the measurer re-takes a timing phase after a drift,
-      the first pass counts as ``build``.
+    - ``build``: wall seconds of the measurer's build phases (``Measurer.seconds["build"]``):
+      lowering and compiling in parallel builder processes, starting them, waiting for the
+      host's lock. Builds run in parallel, so this is not the sum of per-config build seconds;
+      that sum is ``build_cpu``, for information.
+    - ``run``: wall seconds of the measurer's timing phases (``Measurer.seconds["run"]``):
+      starting the worker, checks against NumPy, samples, calibrations and phases re-taken
+      after a drift, timeouts in full, confirmations of new bests. Results served from the
+      records database add nothing to either.
     - ``featurize``: wall seconds inside ``env.featurize`` (the agent's features and the env's
       observations alike).
     - ``model``: building, fitting and predicting with the cost model (RL agents: building the
