@@ -16,7 +16,7 @@ class ErrorCode(enum.IntEnum):
     WRONG_ANSWER = 5
     BUILD_TIMEOUT = 6
     RUN_TIMEOUT = 7
-    UNKNOWN_ERROR = 8
+    UNKNOWN_ERROR = 8  # e.g. a bug of lowering ("lowering bug: <traceback>"), not of the config
 
 
 class TensorGymError(Exception):
@@ -61,3 +61,9 @@ class WorkloadTooLargeError(InvalidWorkloadError):
 class StepError(TensorGymError, RuntimeError):
     """``env.step`` failed for a reason outside the action (the measurement machinery, the
     records database); the original exception is its ``__cause__``."""
+
+
+class LoweringBugWarning(RuntimeWarning):
+    """Lowering a config raised something other than ``InvalidConfigError``: a bug of the
+    template or the lowering, reported as ``ErrorCode.UNKNOWN_ERROR`` ("lowering bug: ...")
+    rather than as an invalid config. The test suite turns it into an error."""

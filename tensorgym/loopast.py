@@ -6,9 +6,10 @@ loads. Buffers keep their multi-dimensional shape (row-major) so features can se
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Any, Callable, Generic, Iterator, TypeVar, Union
 
 _ids = itertools.count()
 
@@ -197,33 +198,121 @@ def seq(*stmts: "Stmt | None") -> Stmt:
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
 
 
+# ---------------------------------------------------------------- traversal and rewriting
+
+# The fields of each node type that hold its children (a node, or a tuple of nodes), in
+# traversal order. A For's loop variable and the buffer of a Load, Store or Allocate are not
+# children: a rewrite that renames them rebuilds the node that holds them.
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {
+    For: ("body",), Seq: ("stmts",), Allocate: ("body",), If: ("cond", "then"),
+    Store: ("indices", "value"), Load: ("indices",), BinOp: ("a", "b"),
+    Select: ("cond", "true_value", "false_value"),
+}
+
+
+def child_fields(cls: type) -> tuple[str, ...]:
+    """The fields of node type ``cls`` that hold child nodes (a subclass has its base's)."""
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = next((_CHILD_FIELDS[c] for c in cls.__mro__ if c in _CHILD_FIELDS), ())
+        _CHILD_FIELDS[cls] = fields
+    return fields
+
+
+def children(node: Node) -> list[Node]:
+    """The child nodes of ``node``, in traversal order."""
+    out: list[Node] = []
+    for f in child_fields(type(node)):
+        v = getattr(node, f)
+        if type(v) is tuple:
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
 def walk(node: Node) -> Iterator[Node]:
     """Pre-order traversal of statements and expressions."""
-    yield node
-    if isinstance(node, For):
-        yield from walk(node.body)
-    elif isinstance(node, Seq):
-        for s in node.stmts:
-            yield from walk(s)
-    elif isinstance(node, (Allocate,)):
-        yield from walk(node.body)
-    elif isinstance(node, If):
-        yield from walk(node.cond)
-        yield from walk(node.then)
-    elif isinstance(node, Store):
-        for i in node.indices:
-            yield from walk(i)
-        yield from walk(node.value)
-    elif isinstance(node, Load):
-        for i in node.indices:
-            yield from walk(i)
-    elif isinstance(node, BinOp):
-        yield from walk(node.a)
-        yield from walk(node.b)
-    elif isinstance(node, Select):
-        yield from walk(node.cond)
-        yield from walk(node.true_value)
-        yield from walk(node.false_value)
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if child_fields(type(n)):
+            stack.extend(reversed(children(n)))
+
+
+T = TypeVar("T")
+N = TypeVar("N", bound=Node)
+_DISPATCH: dict[tuple[type, type], Callable] = {}  # (visitor class, node class) -> method
+
+
+class Visitor(Generic[T]):
+    """Dispatch on a node's type: ``visit(node, *args)`` calls ``visit_<Type>(node, *args)`` of
+    the first class along the node type's MRO that has one, else ``generic_visit``."""
+
+    def visit(self, node: Node, *args: Any) -> T:
+        key = (type(self), type(node))
+        method = _DISPATCH.get(key)
+        if method is None:
+            method = next((m for m in (getattr(type(self), "visit_" + c.__name__, None)
+                                       for c in type(node).__mro__) if m is not None),
+                          type(self).generic_visit)
+            _DISPATCH[key] = method
+        return method(self, node, *args)
+
+    def generic_visit(self, node: Node, *args: Any) -> T:
+        raise TypeError(f"{type(self).__name__} cannot handle {type(node).__name__}")
+
+
+class Rewriter(Visitor[Node]):
+    """Rebuilds a tree bottom-up. ``generic_visit`` rebuilds a node from its rewritten children
+    (the node itself when none changed); a ``visit_<Type>`` method replaces nodes of that type,
+    and calls ``self.generic_visit(node)`` where it wants their children rewritten first. Each
+    distinct node object is rewritten once per rewriter, so shared subtrees stay shared."""
+
+    def __init__(self) -> None:
+        # id -> (node, its rewrite); holding the node keeps its id from being reused
+        self._memo: dict[int, tuple[Node, Node]] = {}
+
+    def visit(self, node: Node) -> Node:  # type: ignore[override]
+        hit = self._memo.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = super().visit(node)
+        self._memo[id(node)] = (node, out)
+        return out
+
+    def generic_visit(self, node: Node) -> Node:  # type: ignore[override]
+        changes: dict[str, Any] = {}
+        for f in child_fields(type(node)):
+            old = getattr(node, f)
+            if type(old) is tuple:
+                new = tuple(self.visit(x) for x in old)
+                if any(a is not b for a, b in zip(new, old)):
+                    changes[f] = new
+            else:
+                new = self.visit(old)
+                if new is not old:
+                    changes[f] = new
+        return dataclasses.replace(node, **changes) if changes else node
+
+
+class _FunctionRewriter(Rewriter):
+    def __init__(self, fn: Callable[[Node], "Node | None"]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def generic_visit(self, node: Node) -> Node:  # type: ignore[override]
+        node = super().generic_visit(node)
+        out = self.fn(node)
+        return node if out is None else out
+
+
+def transform(node: N, fn: Callable[[Node], "Node | None"]) -> N:
+    """``node`` rebuilt bottom-up: every node's children are rewritten first, then ``fn`` gets
+    the rebuilt node and returns its replacement (None keeps it). ``fn`` is called once per
+    distinct node object."""
+    return _FunctionRewriter(fn).visit(node)  # type: ignore[return-value]
 
 
 def linear_coeff(e: Expr, var: LoopVar) -> "int | None":
@@ -267,45 +356,75 @@ def flat_index(buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
 # ---------------------------------------------------------------- printing
 
 
-def format_expr(e: Expr) -> str:
-    if isinstance(e, IntImm):
+class ExprPrinter(Visitor[str]):
+    """Expressions as text: the pseudo-code of ``str(program)``, and the base of the C
+    printers (``codegen.cstyle``), which override what C spells differently."""
+
+    def visit_IntImm(self, e: IntImm) -> str:
         return str(e.value)
-    if isinstance(e, FloatImm):
+
+    def visit_FloatImm(self, e: FloatImm) -> str:
         return repr(float(e.value))
-    if isinstance(e, LoopVar):
+
+    def visit_LoopVar(self, e: LoopVar) -> str:
         return e.name
-    if isinstance(e, ThreadIdx):
+
+    def visit_ThreadIdx(self, e: ThreadIdx) -> str:
         return e.tag
-    if isinstance(e, BinOp):
+
+    def visit_BinOp(self, e: BinOp) -> str:
+        a, b = self.visit(e.a), self.visit(e.b)
         if e.op in ("min", "max"):
-            return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
-        return f"({format_expr(e.a)} {e.op} {format_expr(e.b)})"
-    if isinstance(e, Select):
-        return (f"select({format_expr(e.cond)}, {format_expr(e.true_value)}, "
-                f"{format_expr(e.false_value)})")
-    if isinstance(e, Load):
-        return f"{e.buffer.name}[{', '.join(format_expr(i) for i in e.indices)}]"
-    raise TypeError(e)
+            return f"{e.op}({a}, {b})"
+        return f"({a} {self.operator(e.op)} {b})"
+
+    def operator(self, op: str) -> str:
+        return op
+
+    def visit_Select(self, e: Select) -> str:
+        return (f"select({self.visit(e.cond)}, {self.visit(e.true_value)}, "
+                f"{self.visit(e.false_value)})")
+
+    def visit_Load(self, e: Load) -> str:
+        return f"{e.buffer.name}[{', '.join(self.visit(i) for i in e.indices)}]"
+
+    def generic_visit(self, node: Node, *args: Any) -> str:
+        raise TypeError(f"cannot print {type(node).__name__}")
+
+
+class _StmtPrinter(ExprPrinter):
+    """Statements as indented pseudo-code lines."""
+
+    def visit_For(self, s: For, indent: int) -> list[str]:
+        tag = "" if s.kind == "serial" else f"  # {s.kind}"
+        return ([f"{'  ' * indent}for {s.var.name} in range({s.extent}):{tag}"]
+                + self.visit(s.body, indent + 1))
+
+    def visit_Seq(self, s: Seq, indent: int) -> list[str]:
+        return [line for x in s.stmts for line in self.visit(x, indent)]
+
+    def visit_Store(self, s: Store, indent: int) -> list[str]:
+        idx = ", ".join(self.visit(i) for i in s.indices)
+        return [f"{'  ' * indent}{s.buffer.name}[{idx}] = {self.visit(s.value)}"]
+
+    def visit_Allocate(self, s: Allocate, indent: int) -> list[str]:
+        b = s.buffer
+        return ([f"{'  ' * indent}{b.name} = alloc_{b.scope}({list(b.shape)})"]
+                + self.visit(s.body, indent))
+
+    def visit_If(self, s: If, indent: int) -> list[str]:
+        return [f"{'  ' * indent}if {self.visit(s.cond)}:"] + self.visit(s.then, indent + 1)
+
+    def visit_Barrier(self, s: Barrier, indent: int) -> list[str]:
+        return [f"{'  ' * indent}barrier()"]
+
+
+def format_expr(e: Expr) -> str:
+    return ExprPrinter().visit(e)
 
 
 def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
-    pad = "  " * indent
-    if isinstance(s, For):
-        tag = "" if s.kind == "serial" else f"  # {s.kind}"
-        return [f"{pad}for {s.var.name} in range({s.extent}):{tag}"] + format_stmt(s.body, indent + 1)
-    if isinstance(s, Seq):
-        return [line for x in s.stmts for line in format_stmt(x, indent)]
-    if isinstance(s, Store):
-        idx = ", ".join(format_expr(i) for i in s.indices)
-        return [f"{pad}{s.buffer.name}[{idx}] = {format_expr(s.value)}"]
-    if isinstance(s, Allocate):
-        return ([f"{pad}{s.buffer.name} = alloc_{s.buffer.scope}({list(s.buffer.shape)})"]
-                + format_stmt(s.body, indent))
-    if isinstance(s, If):
-        return [f"{pad}if {format_expr(s.cond)}:"] + format_stmt(s.then, indent + 1)
-    if isinstance(s, Barrier):
-        return [f"{pad}barrier()"]
-    raise TypeError(s)
+    return _StmtPrinter().visit(s, indent)
 
 
 def format_program(p: Program) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -94,13 +94,39 @@ def _canonical(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class SpaceKey:
+    """The exact identity of a template's space: the workload, the template that built the space
+    (and lowers its configs) and the template options that change its knobs. Two spaces with
+    equal keys have the same knobs; ``ConfigSpace.name`` (``"conv2d/cpu"``) only names the
+    family, shared by every conv2d."""
+
+    workload_key: str  # ``Workload.key``
+    template: str  # "cpu" | "gpu"
+    options: tuple[tuple[str, Any], ...] = ()  # (name, value) of non-default options, sorted
+
+    def __str__(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.workload_key}/{self.template}" + (f"[{opts}]" if opts else "")
+
+
+@dataclass(frozen=True)
 class Config:
-    """One schedule: a value per knob. ``choices[i]`` is the option index of knob ``i``."""
+    """One schedule: a value per knob. ``choices[i]`` is the option index of knob ``i``.
+    ``space_key`` is the exact space it came from (None for a space no template built)."""
 
     space_name: str
     choices: tuple[int, ...]
     values: dict[str, Any] = field(compare=False, hash=False)
     index: int = field(compare=False)
+    space_key: Optional[SpaceKey] = None
+
+    @property
+    def template(self) -> str:
+        """The template that lowers this config; raises for a config of no template's space."""
+        if self.space_key is None:
+            raise InvalidConfigError(f"config {self.index} of space {self.space_name} comes from "
+                                     "no template's space: make configs with templates.space_for")
+        return self.space_key.template
 
     def __getitem__(self, knob: str) -> Any:
         return self.values[knob]
@@ -114,8 +140,25 @@ class Config:
 
 @dataclass(frozen=True)
 class ConfigSpace:
-    name: str  # e.g. "conv2d/cpu"; configs of one space are comparable
+    """The product of ``knobs``. ``name`` is the family (``"conv2d/cpu"``, stored in records);
+    ``key`` the exact identity (see ``SpaceKey``; None for a hand-made space), which every config
+    of the space carries."""
+
+    name: str
     knobs: tuple[Knob, ...]
+    key: Optional[SpaceKey] = None
+
+    @property
+    def template(self) -> Optional[str]:
+        return self.key.template if self.key is not None else None
+
+    @property
+    def workload_key(self) -> Optional[str]:
+        return self.key.workload_key if self.key is not None else None
+
+    @property
+    def label(self) -> str:
+        return str(self.key) if self.key is not None else self.name
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -171,7 +214,21 @@ class ConfigSpace:
         for c, k in zip(choices, self.knobs):
             index = index * k.size + c
         values = {k.name: k.options[c] for c, k in zip(choices, self.knobs)}
-        return Config(self.name, choices, values, index)
+        return Config(self.name, choices, values, index, self.key)
+
+    def validate(self, config: Any) -> None:
+        """Raise ``InvalidConfigError`` unless ``config`` is a config of exactly this space: its
+        key, and choices in range whose options are its values."""
+        if not isinstance(config, Config):
+            raise InvalidConfigError(f"expected a Config of space {self.label}, got "
+                                     f"{type(config).__name__} {short_repr(config)}")
+        if config.space_key != self.key or config.space_name != self.name:
+            where = str(config.space_key) if config.space_key is not None else config.space_name
+            raise InvalidConfigError(f"config of space {where}, not of {self.label}")
+        ref = self.from_choices(config.choices)
+        if config.values != ref.values or config.index != ref.index:
+            raise InvalidConfigError(f"config {config.index}: its values or index are not those "
+                                     f"its choices give in space {self.label}")
 
     def get(self, index: int) -> Config:
         if not is_int(index):

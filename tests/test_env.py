@@ -1,3 +1,4 @@
+import dataclasses
 import math
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import tensorgym
 from tensorgym.envs import env_ids
 from tensorgym.errors import InvalidConfigError, TargetUnavailableError, TensorGymError
 from tensorgym.hardware.measure import Measurer, MeasureOptions
-from tensorgym.workloads import matmul
+from tensorgym.workloads import conv2d, matmul
 
 TINY = matmul(16, 16, 16)
 OPTS = MeasureOptions(repeat=2, min_repeat_ms=1)
@@ -115,6 +116,28 @@ def test_batched_featurize_and_measure(measurer, tmp_path):
     with pytest.raises(InvalidConfigError):
         u.measure([tensorgym.templates.space_for(matmul(8, 8, 8), "cpu").get(0).__class__(
             "conv2d/cpu", (0,), {}, 0)])
+
+
+def test_measure_refuses_a_config_of_another_conv2d_space(measurer):
+    """Every conv2d space is named "conv2d/cpu"; a config must come from this env's own space
+    (its workload and template), even where its choices are in range here."""
+    here, there = conv2d(1, 4, 9, 9, 8, 3, 1, 1), conv2d(1, 4, 9, 9, 8, 3, 2, 1)
+    u = gym.make("TensorSched-v0", workload=here, target="cpu", measurer=measurer,
+                 records=False).unwrapped
+    other = tensorgym.templates.space_for(there, "cpu")
+    assert other.name == u.space.name and other.key != u.space.key
+    fits = next(c for c in other.sample(np.random.default_rng(0), 200)
+                if all(ch < n for ch, n in zip(c.choices, u.space.dims)))
+    assert u.space.from_choices(fits.choices).values != fits.values  # same choices, other tiles
+    for config in (fits, other.get(0)):
+        with pytest.raises(InvalidConfigError, match="not of conv2d:1,4,9,9,8,3,1,1/cpu"):
+            u.measure([u.space.get(0), config])
+    assert u.trials == 0 and u.history == []
+    forged = dataclasses.replace(u.space.get(1), values=u.space.get(2).values)
+    with pytest.raises(InvalidConfigError, match="values or index"):
+        u.measure([forged])
+    with pytest.raises(InvalidConfigError, match="expected a Config"):
+        u.measure([u.space.get(0).choices])
 
 
 def test_bad_arguments_raise_clear_errors():

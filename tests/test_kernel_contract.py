@@ -8,6 +8,7 @@ from tensorgym import loopast as A
 from tensorgym.errors import ErrorCode, TargetUnavailableError
 from tensorgym.hardware.measure import MeasureOptions, Measurer
 from tensorgym.hardware.runtime import GUARD
+from tensorgym.hardware.result import RunResult
 from tensorgym.hardware.worker import Reference, run_job
 from tensorgym.lower import lower
 from tensorgym.templates import default_config
@@ -178,7 +179,7 @@ def _runtime(target: str):
     return rt
 
 
-def _job(rt, program: A.Program, source: "str | None" = None) -> dict:
+def _job(rt, program: A.Program, source: "str | None" = None) -> RunResult:
     binary = rt.compile(source or rt.render(program), program)
     return run_job(rt, Reference(0), W, program, binary, OPTS)
 
@@ -193,9 +194,9 @@ def test_run_job_flags_a_broken_contract_as_suspect(target, name, make, code, wo
     a correct kernel."""
     rt = _runtime(target)
     ok = _job(rt, correct(target))
-    assert ok["error"] == 0 and 2 <= len(ok["costs"]) <= 10 and "suspect" not in ok, ok
+    assert ok.error == 0 and 2 <= len(ok.costs) <= 10 and not ok.suspect, ok
     bad = _job(rt, make(correct(target)))
-    assert bad["error"] == int(code) and words in bad["error_msg"] and bad["suspect"], bad
+    assert bad.error == int(code) and words in bad.error_msg and bad.suspect, bad
 
 
 @pytest.mark.opencl
@@ -205,8 +206,8 @@ def test_opencl_kernel_that_writes_an_input_is_caught():
     program = correct("opencl")
     src = rt.render(program).replace("const ", "").replace("{\n", "{\n  A[3] = 2.0f;\n", 1)
     bad = _job(rt, program, src)
-    assert bad["error"] == int(ErrorCode.RUNTIME_DEVICE) and bad["suspect"], bad
-    assert "input A written" in bad["error_msg"]
+    assert bad.error == int(ErrorCode.RUNTIME_DEVICE) and bad.suspect, bad
+    assert "input A written" in bad.error_msg
 
 
 def _mappings() -> int:

@@ -1,10 +1,13 @@
 """The measurement path: isolation from crashing/hanging kernels, wrong answers, the protocol."""
+import warnings
+
 import numpy as np
 import pytest
 
 from tensorgym import loopast as A
-from tensorgym.errors import ErrorCode
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.errors import ErrorCode, LoweringBugWarning
+from tensorgym.hardware import measure as measure_module
+from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import matmul
 
@@ -85,3 +88,51 @@ def test_a_build_timeout_kills_the_stuck_builder_and_the_measurer_recovers():
         assert all(r.ok for r in again), [r.error_msg for r in again]
     finally:
         m.close()  # returns at once: no builder is left compiling
+
+
+# ---------------------------------------------------------------- lowering bugs
+
+
+def _broken_lowering(workload, config):
+    raise RuntimeError("injected lowering bug")
+
+
+class _BuggyBuilder(Builder):
+    """A builder whose CPU lowering raises (patched where it runs: in the builder process)."""
+
+    def build(self, workload, config):
+        import tensorgym.lower as L
+
+        original, L.lower_cpu = L.lower_cpu, _broken_lowering
+        try:
+            return super().build(workload, config)
+        finally:
+            L.lower_cpu = original
+
+
+def test_a_lowering_bug_is_not_an_invalid_config(monkeypatch):
+    builder = Builder("cpu", {}, compile_cache=False)
+    invalid = builder.build(W, space_for(matmul(8, 8, 16), "cpu").get(0))  # another workload's
+    assert invalid.error == ErrorCode.INSTANTIATION_ERROR and not invalid.lowering_bug
+    monkeypatch.setattr("tensorgym.lower.lower_cpu", _broken_lowering)
+    bug = builder.build(W, default_config(W, "cpu"))
+    assert bug.error == ErrorCode.UNKNOWN_ERROR and bug.lowering_bug and bug.program is None
+    assert bug.error_msg.startswith("lowering bug: Traceback")
+    assert "RuntimeError: injected lowering bug" in bug.error_msg
+
+
+def test_a_lowering_bug_in_a_builder_process_is_loud(monkeypatch, request):
+    assert "error::tensorgym.errors.LoweringBugWarning" in request.config.getini("filterwarnings")
+    monkeypatch.setattr(measure_module, "Builder", _BuggyBuilder)
+    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=1))
+    try:
+        with pytest.warns(LoweringBugWarning, match="injected lowering bug"):
+            r = m.measure(W, [default_config(W, "cpu")])[0]
+        assert r.error == ErrorCode.UNKNOWN_ERROR and not r.ok
+        assert r.error_msg.startswith("lowering bug:") and "injected lowering bug" in r.error_msg
+        with warnings.catch_warnings():  # what the test suite's filter makes of it
+            warnings.simplefilter("error", LoweringBugWarning)
+            with pytest.raises(LoweringBugWarning):
+                m.measure(W, [default_config(W, "cpu")])
+    finally:
+        m.close()

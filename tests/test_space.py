@@ -1,12 +1,14 @@
 import json
+import pickle
 
 import numpy as np
 import pytest
 
 from tensorgym.errors import InvalidConfigError
-from tensorgym.space import factorizations
-from tensorgym.templates import default_config, space_for
-from tensorgym.workloads import WORKLOADS, get_workload
+from tensorgym.lower import lower
+from tensorgym.space import ConfigSpace, SpaceKey, factorizations
+from tensorgym.templates import default_config, space_for, space_of
+from tensorgym.workloads import WORKLOADS, conv2d, get_workload
 
 from .conftest import SMALL_WORKLOADS
 
@@ -107,3 +109,39 @@ def test_choices_and_indices_are_exact_integers():
         with pytest.raises(InvalidConfigError, match="integer"):
             space.get(bad)
     assert space.get(np.int64(5)) == space.get(5)
+
+
+def test_a_space_and_its_configs_know_workload_and_template():
+    a, b = conv2d(1, 4, 9, 9, 8, 3, 1, 1), conv2d(1, 4, 9, 9, 8, 3, 2, 1)
+    sa, sb = space_for(a, "llvm"), space_for(b, "cpu")
+    assert sa.name == sb.name == "conv2d/cpu"  # the family, stored in records
+    assert sa.key == SpaceKey(a.key, "cpu") and str(sa.key) == f"{a.key}/cpu"
+    assert (sa.template, sa.workload_key) == ("cpu", a.key) and sb.key != sa.key
+    assert space_for(a, "cuda").key == space_for(a, "opencl").key == SpaceKey(a.key, "gpu")
+    pow2 = space_for(a, "cpu", split_policy="pow2")
+    assert str(pow2.key) == f"{a.key}/cpu[split_policy=pow2]" and pow2.key != sa.key
+    assert space_for(a, "cpu", split_policy="all").key == sa.key
+    assert space_of(a, pow2.key) == pow2 and space_of(a, sa.key) == sa
+    with pytest.raises(InvalidConfigError, match="not a space of"):
+        space_of(b, sa.key)
+    c = sa.get(7)
+    assert c.space_key == sa.key and c.template == "cpu"
+    assert pickle.loads(pickle.dumps(c)) == c and pickle.loads(pickle.dumps(c)).space_key == sa.key
+    assert json.loads(c.to_json()) == {"space": "conv2d/cpu", "knobs": json.loads(
+        json.dumps(c.values))}  # the stored form is unchanged: no key in it
+    assert sa.from_json(c.to_json()) == c
+    assert sb.from_choices([0] * len(sb.knobs)) != sa.from_choices([0] * len(sa.knobs))
+    sa.validate(c)
+    with pytest.raises(InvalidConfigError, match=f"config of space {b.key}/cpu, not of"):
+        sa.validate(sb.get(0))
+
+
+def test_lowering_dispatches_on_the_config_s_space():
+    a, b = conv2d(1, 4, 9, 9, 8, 3, 1, 1), conv2d(1, 4, 9, 9, 8, 3, 2, 1)
+    assert lower(a, space_for(a, "cuda").get(0)).launch  # the GPU template's lowering
+    assert not lower(a, space_for(a, "cpu").get(0)).launch
+    with pytest.raises(InvalidConfigError, match=f"not a config of {a.key}"):
+        lower(a, space_for(b, "cpu").get(0))
+    hand_made = ConfigSpace("conv2d/cpu", space_for(a, "cpu").knobs)
+    with pytest.raises(InvalidConfigError, match="no template's space"):
+        lower(a, hand_made.get(0))

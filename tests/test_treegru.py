@@ -1,5 +1,7 @@
 """The TreeGRU cost model (paper Figure 3c/3d): level-by-level batching, batched = one-by-one
 prediction, renaming invariance, learning a known ranking, persistence, the tuner plumbing."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from tensorgym import loopast as A
 from tensorgym.agents import ModelTuner, TransferModel, make_agent, make_model
 from tensorgym.agents.ast_batch import collate, node_heights, with_loop_names
-from tensorgym.agents.synthetic import SyntheticEnv
+from .synthetic import SyntheticEnv
 from tensorgym.agents.transfer import load_source_data
 from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
 from tensorgym.errors import ErrorCode
@@ -104,10 +106,11 @@ def test_pairwise_rank_loss_matches_equation_2():
 # ---------------------------------------------------------------- invariance
 
 
-class _Renamer:
+class _Renamer(A.Rewriter):
     """Rebuild a program with fresh, differently named loop variables and buffers."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.map: dict = {}
 
     def _fresh(self, x):
@@ -117,35 +120,23 @@ class _Renamer:
                            else A.Buffer(f"b{n}", x.shape, x.scope, x.dtype))
         return self.map[x]
 
-    def expr(self, e):
-        if isinstance(e, A.LoopVar):
-            return self._fresh(e)
-        if isinstance(e, A.BinOp):
-            return A.BinOp(e.op, self.expr(e.a), self.expr(e.b))
-        if isinstance(e, A.Select):
-            return A.Select(self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value))
-        if isinstance(e, A.Load):
-            return A.Load(self._fresh(e.buffer), tuple(self.expr(i) for i in e.indices))
-        return e
+    def visit_LoopVar(self, v):
+        return self._fresh(v)
 
-    def stmt(self, s):
-        if isinstance(s, A.For):
-            return A.For(self._fresh(s.var), s.extent, s.kind, self.stmt(s.body))
-        if isinstance(s, A.Seq):
-            return A.Seq(tuple(self.stmt(x) for x in s.stmts))
-        if isinstance(s, A.Store):
-            return A.Store(self._fresh(s.buffer), tuple(self.expr(i) for i in s.indices),
-                           self.expr(s.value))
-        if isinstance(s, A.Allocate):
-            return A.Allocate(self._fresh(s.buffer), self.stmt(s.body))
-        if isinstance(s, A.If):
-            return A.If(self.expr(s.cond), self.stmt(s.then))
-        return s
+    def visit_For(self, s):
+        var = self._fresh(s.var)  # before the body: names in pre-order
+        return dataclasses.replace(self.generic_visit(s), var=var)
+
+    def visit_Load(self, e):  # also Store and Allocate: every node that names a buffer
+        buffer = self._fresh(e.buffer)
+        return dataclasses.replace(self.generic_visit(e), buffer=buffer)
+
+    visit_Store = visit_Allocate = visit_Load
 
     def program(self, p):
         args = tuple(self._fresh(b) for b in p.args)
         return A.Program("renamed", args, tuple(self._fresh(b) for b in p.workspaces),
-                         self.stmt(p.body))
+                         self.visit(p.body))
 
 
 def test_context_model_is_invariant_to_renaming_but_vanilla_uses_names():

@@ -32,7 +32,10 @@ class Dialect:
     unroll_pragma: str = "#pragma unroll"
 
 
-class CStyleRenderer:
+class CStyleRenderer(A.ExprPrinter):
+    """Renders a program in a dialect: statements are visited with their depth, expressions
+    print as in the loop AST's pseudo-code except where C spells them differently."""
+
     def __init__(self, dialect: Dialect):
         self.d = dialect
 
@@ -53,38 +56,38 @@ class CStyleRenderer:
         lines.append(f"{prefix} {c_identifier(program.name)}({', '.join(args)}) {{")
         for b in shared:
             lines.append(f"  {self.d.shared_qualifier}float {c_identifier(b.name)}[{b.size}];")
-        lines += self._stmt(program.body, 1)
+        lines += self.visit(program.body, 1)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
     # ---------------------------------------------------------------- statements
 
-    def _stmt(self, s: A.Stmt, depth: int) -> list[str]:
-        pad = "  " * depth
-        if isinstance(s, A.Seq):
-            return [line for x in s.stmts for line in self._stmt(x, depth)]
-        if isinstance(s, A.Store):
-            return [f"{pad}{self._access(s.buffer, s.indices)} = {self._expr(s.value)};"]
-        if isinstance(s, A.Barrier):
-            return [f"{pad}{self.d.barrier}"]
-        if isinstance(s, A.If):
-            return ([f"{pad}if ({self._expr(s.cond)}) {{"] + self._stmt(s.then, depth + 1)
-                    + [f"{pad}}}"])
-        if isinstance(s, A.Allocate):
-            if s.buffer.scope == "shared":  # declared at kernel scope
-                return self._stmt(s.body, depth)
-            if s.buffer.scope != "local":
-                raise ValueError(f"cannot allocate a {s.buffer.scope} buffer inside a kernel")
-            return [f"{pad}float {c_identifier(s.buffer.name)}[{s.buffer.size}];"] + self._stmt(s.body, depth)
-        if isinstance(s, A.For):
-            return self._for(s, depth)
-        raise TypeError(f"cannot render {type(s).__name__}")
+    def visit_Seq(self, s: A.Seq, depth: int) -> list[str]:
+        return [line for x in s.stmts for line in self.visit(x, depth)]
 
-    def _for(self, s: A.For, depth: int) -> list[str]:
+    def visit_Store(self, s: A.Store, depth: int) -> list[str]:
+        return [f"{'  ' * depth}{self._access(s.buffer, s.indices)} = {self.visit(s.value)};"]
+
+    def visit_Barrier(self, s: A.Barrier, depth: int) -> list[str]:
+        return [f"{'  ' * depth}{self.d.barrier}"]
+
+    def visit_If(self, s: A.If, depth: int) -> list[str]:
+        pad = "  " * depth
+        return [f"{pad}if ({self.visit(s.cond)}) {{"] + self.visit(s.then, depth + 1) + [f"{pad}}}"]
+
+    def visit_Allocate(self, s: A.Allocate, depth: int) -> list[str]:
+        if s.buffer.scope == "shared":  # declared at kernel scope
+            return self.visit(s.body, depth)
+        if s.buffer.scope != "local":
+            raise ValueError(f"cannot allocate a {s.buffer.scope} buffer inside a kernel")
+        return ([f"{'  ' * depth}float {c_identifier(s.buffer.name)}[{s.buffer.size}];"]
+                + self.visit(s.body, depth))
+
+    def visit_For(self, s: A.For, depth: int) -> list[str]:
         pad = "  " * depth
         name = self._name(s.var)
         if s.kind in GPU_BINDINGS:
-            return [f"{pad}int {name} = {self.d.work_items[s.kind]};"] + self._stmt(s.body, depth)
+            return [f"{pad}int {name} = {self.d.work_items[s.kind]};"] + self.visit(s.body, depth)
         if s.kind == "vectorized":
             copy = self._vector_copy(s)
             if copy is not None:
@@ -93,7 +96,7 @@ class CStyleRenderer:
             raise ValueError(f"loop kind {s.kind!r} has no meaning in a GPU kernel")
         head = [f"{pad}{self.d.unroll_pragma}"] if s.kind != "serial" else []
         return (head + [f"{pad}for (int {name} = 0; {name} < {s.extent}; ++{name}) {{"]
-                + self._stmt(s.body, depth + 1) + [f"{pad}}}"])
+                + self.visit(s.body, depth + 1) + [f"{pad}}}"])
 
     def _vector_copy(self, s: A.For) -> "str | None":
         """``dst[i + lane] = src[j + lane]`` over all lanes as one vector load and store."""
@@ -105,8 +108,9 @@ class CStyleRenderer:
         if A.linear_coeff(dst, s.var) != 1 or A.linear_coeff(src, s.var) != 1:
             return None
         self._names[s.var] = "0"  # the vector's first lane
-        text = self.d.vector_copy(s.extent, f"({c_identifier(st.buffer.name)} + {self._expr(dst)})",
-                                  f"({c_identifier(st.value.buffer.name)} + {self._expr(src)})")
+        text = self.d.vector_copy(s.extent,
+                                  f"({c_identifier(st.buffer.name)} + {self.visit(dst)})",
+                                  f"({c_identifier(st.value.buffer.name)} + {self.visit(src)})")
         del self._names[s.var]
         return text
 
@@ -123,30 +127,30 @@ class CStyleRenderer:
         return self._names[var]
 
     def _access(self, buf: A.Buffer, indices) -> str:
-        return f"{c_identifier(buf.name)}[{self._expr(A.flat_index(buf, tuple(indices)))}]"
+        return f"{c_identifier(buf.name)}[{self.visit(A.flat_index(buf, tuple(indices)))}]"
 
-    def _expr(self, e: A.Expr) -> str:
-        if isinstance(e, A.IntImm):
-            return str(e.value)
-        if isinstance(e, A.FloatImm):
-            if not math.isfinite(e.value):
-                raise ValueError(f"non-finite constant {e.value}")
-            return f"{float(e.value)!r}f"
-        if isinstance(e, A.LoopVar):
-            return self._name(e)
-        if isinstance(e, A.ThreadIdx):
-            return self.d.work_items[e.tag]
-        if isinstance(e, A.Load):
-            return self._access(e.buffer, e.indices)
-        if isinstance(e, A.Select):
-            return f"({self._expr(e.cond)} ? {self._expr(e.true_value)} : {self._expr(e.false_value)})"
-        if isinstance(e, A.BinOp):
-            a, b = self._expr(e.a), self._expr(e.b)
-            if e.op in ("min", "max"):
-                return f"{e.op}({a}, {b})"
-            op = "/" if e.op == "//" else e.op  # indices are never negative: C division floors
-            return f"({a} {op} {b})"
-        raise TypeError(f"cannot render {type(e).__name__}")
+    def visit_FloatImm(self, e: A.FloatImm) -> str:
+        if not math.isfinite(e.value):
+            raise ValueError(f"non-finite constant {e.value}")
+        return f"{float(e.value)!r}f"
+
+    def visit_LoopVar(self, e: A.LoopVar) -> str:
+        return self._name(e)
+
+    def visit_ThreadIdx(self, e: A.ThreadIdx) -> str:
+        return self.d.work_items[e.tag]
+
+    def visit_Load(self, e: A.Load) -> str:
+        return self._access(e.buffer, e.indices)
+
+    def visit_Select(self, e: A.Select) -> str:
+        return f"({self.visit(e.cond)} ? {self.visit(e.true_value)} : {self.visit(e.false_value)})"
+
+    def operator(self, op: str) -> str:
+        return "/" if op == "//" else op  # indices are never negative: C division floors
+
+    def generic_visit(self, node: A.Node, *args) -> "str | list[str]":
+        raise TypeError(f"cannot render {type(node).__name__}")
 
 
 def c_identifier(name: str) -> str:

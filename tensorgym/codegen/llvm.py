@@ -31,31 +31,7 @@ _ZERO = ir.Constant(I64, 0)
 def emit_llvm(program: A.Program, num_threads: int = 0) -> str:
     """The LLVM IR module (text) of ``program``; its entry point is ``void tg_kernel(float*...)``
     taking ``program.buffers`` in order. ``num_threads=0`` lets libgomp choose."""
-    try:
-        return str(_Emitter(program, num_threads).module)
-    finally:
-        _FLAT.clear()
-        _VARS.clear()
-
-
-_FLAT: dict = {}
-_VARS: dict = {}
-
-
-def _flat(access: "A.Load | A.Store") -> A.Expr:
-    """The flattened index of a load/store node, built once per node."""
-    hit = _FLAT.get(id(access))
-    if hit is None or hit[0] is not access:
-        hit = _FLAT[id(access)] = (access, A.flat_index(access.buffer, access.indices))
-    return hit[1]
-
-
-def _vars_of(e: A.Expr) -> tuple:
-    hit = _VARS.get(id(e))
-    if hit is None or hit[0] is not e:
-        found = tuple(dict.fromkeys(n for n in A.walk(e) if isinstance(n, A.LoopVar)))
-        hit = _VARS[id(e)] = (e, found)
-    return hit[1]
+    return str(_Emitter(program, num_threads).module)
 
 
 @dataclass
@@ -81,6 +57,10 @@ class _Emitter:
         self.module = ir.Module(name=program.name)
         self._n_outlined = 0
         self._intrinsics: dict[str, ir.Function] = {}
+        # Per-node caches, keyed by id: each entry holds its node, so no id is reused while the
+        # emitter (and so the cache) lives.
+        self._flat_cache: dict[int, tuple[A.Node, A.Expr]] = {}
+        self._vars_cache: dict[int, tuple[A.Node, tuple]] = {}
         buffers = program.buffers
         fnty = ir.FunctionType(ir.VoidType(), [F32P] * len(buffers))
         fn = ir.Function(self.module, fnty, KERNEL_NAME)
@@ -91,6 +71,22 @@ class _Emitter:
         scope.builder.ret_void()
 
     # ------------------------------------------------------------ scaffolding
+
+    def _flat(self, access: "A.Load | A.Store") -> A.Expr:
+        """The flattened index of a load/store node, built once per node."""
+        hit = self._flat_cache.get(id(access))
+        if hit is None:
+            hit = self._flat_cache[id(access)] = (access, A.flat_index(access.buffer,
+                                                                        access.indices))
+        return hit[1]
+
+    def _vars_of(self, e: A.Expr) -> tuple:
+        """The loop variables ``e`` reads, in order of first use."""
+        hit = self._vars_cache.get(id(e))
+        if hit is None:
+            found = tuple(dict.fromkeys(n for n in A.walk(e) if isinstance(n, A.LoopVar)))
+            hit = self._vars_cache[id(e)] = (e, found)
+        return hit[1]
 
     def _new_scope(self, fn: ir.Function, buffers: dict) -> _Scope:
         entry = fn.append_basic_block("entry")
@@ -211,7 +207,7 @@ class _Emitter:
     def store(self, s: A.Store, sc: _Scope) -> None:
         b = sc.builder
         value = self.value(s.value, sc, None)
-        flat = _flat(s)
+        flat = self._flat(s)
         base = sc.buffers[s.buffer]
         if sc.width == 0:
             b.store(value, b.gep(base, [self.index(flat, sc)], inbounds=True))
@@ -235,7 +231,7 @@ class _Emitter:
             return ir.Constant(I64, e.value)
         if isinstance(e, A.LoopVar):
             return sc.env[e]
-        inputs = tuple(sc.env[v] for v in _vars_of(e))
+        inputs = tuple(sc.env[v] for v in self._vars_of(e))
         key = (id(e),) + tuple(map(id, inputs))
         for cache in reversed(sc.cse):
             if key in cache:
@@ -322,7 +318,7 @@ class _Emitter:
     def load(self, e: A.Load, sc: _Scope, mask):
         b = sc.builder
         base = sc.buffers[e.buffer]
-        flat = _flat(e)
+        flat = self._flat(e)
         coeff = A.linear_coeff(flat, sc.vec_var) if sc.width else 0
         if coeff == 0:  # one address for all lanes
             idx = self.uniform_index(flat, sc) if sc.width else self.index(flat, sc)

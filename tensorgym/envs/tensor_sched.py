@@ -235,9 +235,8 @@ class TensorSchedEnv(gym.Env):
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""
         configs = list(configs)
-        for c in configs:
-            if c.space_name != self.space.name:
-                raise InvalidConfigError(f"config of space {c.space_name}, env is {self.space.name}")
+        for c in configs:  # a config of exactly this space, not merely of one with its name
+            self.space.validate(c)
         results: list[Optional[MeasureResult]] = [None] * len(configs)
         if self.use_cache and self.records is not None:
             with self.meter.time("other"):

@@ -15,22 +15,23 @@ import importlib.metadata
 import inspect
 import statistics
 import time
+import traceback
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ..errors import ErrorCode, InvalidConfigError
+from ..errors import ErrorCode, InvalidConfigError, LoweringBugWarning
 from ..loopast import Program
 from ..space import Config
-from ..templates import canonical_target
 from ..workloads import Workload
 from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from .compile_cache import CompileCache, source_key
 from .drift import DriftMonitor, calibration_workload
 from .host import DeviceLock, available_cpus
-from .result import MeasureResult
-from .runtime import get_runtime
+from .result import BuildResult, MeasureResult, RunResult
+from .target import get_target
 from .worker import KernelWorker
 
 
@@ -59,25 +60,14 @@ class MeasureOptions:
 # ---------------------------------------------------------------- build (in builder processes)
 
 
-@dataclass
-class BuildResult:
-    error: ErrorCode
-    time: float  # seconds spent lowering, rendering and compiling
-    msg: str = ""
-    program: Optional[Program] = None
-    binary: Any = None
-    key: str = ""  # hash of the source and the compiler: equal keys are the same kernel
-    cached: bool = False  # the binary came from the compile cache
-
-
 class Builder:
     """What a builder process serves: lower, render and compile. Never raises for a bad config or
     a compiler error: those come back as error codes. A source compiled before on this machine
     comes from the compile cache."""
 
     def __init__(self, target: str, runtime_kwargs: dict, compile_cache: bool = True) -> None:
-        self.target = target
-        self.runtime = get_runtime(target, **runtime_kwargs)
+        self.target = get_target(target)
+        self.runtime = self.target.runtime(**runtime_kwargs)
         self.fingerprint = _compiler_fingerprint(self.runtime, runtime_kwargs)
         self.cache = CompileCache() if compile_cache and self.fingerprint else None
 
@@ -86,21 +76,23 @@ class Builder:
         from ..templates import check_config
 
         t0 = time.perf_counter()
+        limits = self.target.limits(self.runtime)
         try:
-            check_config(workload, config, self.runtime.limits())
+            check_config(workload, config, limits)
             program = lower(workload, config)
         except InvalidConfigError as e:
             return BuildResult(ErrorCode.INSTANTIATION_ERROR, time.perf_counter() - t0, str(e))
-        except Exception as e:  # noqa: BLE001
-            return BuildResult(ErrorCode.INSTANTIATION_ERROR, time.perf_counter() - t0,
-                               f"lowering failed: {e!r}")
+        except Exception:  # noqa: BLE001 - a bug of the template or lowering, not of the config
+            return BuildResult(ErrorCode.UNKNOWN_ERROR, time.perf_counter() - t0,
+                               f"lowering bug: {traceback.format_exc()[-2000:]}",
+                               lowering_bug=True)
         return self._compile(program, t0)
 
     def build_program(self, program: Program) -> BuildResult:
         return self._compile(program, time.perf_counter())
 
     def _compile(self, program: Program, t0: float) -> BuildResult:
-        code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
+        code = _compile_error(self.target.kind)
         try:
             source = self.runtime.render(program)
         except Exception as e:  # noqa: BLE001
@@ -139,11 +131,8 @@ def _compiler_fingerprint(runtime, runtime_kwargs: dict) -> str:
     return f"{runtime.target}|{device}|{sorted(runtime_kwargs.items())}|{digest}|{versions}"
 
 
-def _timer_key(target: str, runtime_kwargs: dict) -> str:
-    """The lock a timed run holds. PoCL runs OpenCL on the host's cores, so it shares theirs."""
-    if target in ("cpu", "opencl"):
-        return "host"
-    return f"{target}-{runtime_kwargs.get('device_index', 0)}"
+def _compile_error(target: str) -> ErrorCode:
+    return ErrorCode.COMPILE_HOST if target == "cpu" else ErrorCode.COMPILE_DEVICE
 
 
 class Measurer:
@@ -158,33 +147,41 @@ class Measurer:
 
     def __init__(self, target: str = "cpu", options: "MeasureOptions | None" = None,
                  **runtime_kwargs: Any) -> None:
-        self.target = canonical_target(target)
+        self.target_info = get_target(target)
+        self.target = self.target_info.kind
         self.options = options or MeasureOptions()
         self.runtime_kwargs = runtime_kwargs
-        self.runtime = get_runtime(self.target, **runtime_kwargs)
+        self.runtime = self.target_info.runtime(**runtime_kwargs)
         self._builders: Optional[ChildPool] = None
         self._worker = Child(KernelWorker, self.target, runtime_kwargs, self.options.seed,
                              name="measurement worker")
         self._host_lock = DeviceLock("host")
-        self._timer_lock = DeviceLock(_timer_key(self.target, runtime_kwargs))
+        self._timer_lock = DeviceLock(self.target_info.timer_key(runtime_kwargs))
         self._device: "str | None" = None
         self._drift = DriftMonitor()
         self._calibration: Optional[tuple[Workload, BuildResult]] = None
         self.seconds = {"build": 0.0, "run": 0.0}  # wall time in build and timing phases
+        self._clocks: list[float] = []
 
     @contextmanager
     def _clock(self, phase: str) -> Iterator[None]:
+        """Charge the wall time inside to ``phase``; a phase nested in another (the calibration
+        kernel's first build, inside a timing phase) is left out of the outer one."""
         start = time.perf_counter()
+        self._clocks.append(0.0)  # seconds of nested phases
         try:
             yield
         finally:
-            self.seconds[phase] += time.perf_counter() - start
+            spent = time.perf_counter() - start
+            nested = self._clocks.pop()
+            self.seconds[phase] += spent - nested
+            if self._clocks:
+                self._clocks[-1] += spent
 
     @property
     def device(self) -> str:
         if self._device is None:
-            self.runtime.check_available()
-            self._device = self.runtime.device_name()
+            self._device = self.target_info.device_fingerprint(self.runtime)
         return self._device
 
     def _build_all(self, method: str, calls: list[tuple]) -> list[BuildResult]:
@@ -205,8 +202,11 @@ class Measurer:
                 out.append(BuildResult(ErrorCode.BUILD_TIMEOUT, limit,
                                        f"build took over {limit:g} s"))
             else:  # the compiler crashed its process (ChildDied), or the call failed
-                code = ErrorCode.COMPILE_HOST if self.target == "cpu" else ErrorCode.COMPILE_DEVICE
-                out.append(BuildResult(code, 0.0, f"the builder process failed: {value}"[-2000:]))
+                out.append(BuildResult(_compile_error(self.target), 0.0,
+                                       f"the builder process failed: {value}"[-2000:]))
+        for b in out:
+            if b.lowering_bug:  # loud: a bug must not pass for an invalid config
+                warnings.warn(b.error_msg.strip(), LoweringBugWarning, stacklevel=3)
         return out
 
     def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
@@ -298,7 +298,7 @@ class Measurer:
         opts = replace(self.options, repeat=3, max_repeat=3, min_repeat_ms=2.0,
                        stop_slower_than=0.0)
         r, _ = self._time(w, b, opts)
-        return statistics.median(r["costs"]) if r["error"] == 0 and r["costs"] else None
+        return statistics.median(r.costs) if r.ok else None
 
     def _run(self, workload: Workload, config: Config, b: BuildResult,
              opts: MeasureOptions) -> MeasureResult:
@@ -306,17 +306,17 @@ class Measurer:
         common = dict(config=config, flops=workload.flops, build_time=b.time,
                       timestamp=time.time())
         if b.error != ErrorCode.NO_ERROR:
-            return MeasureResult(costs=(), error=b.error, error_msg=b.msg, extra=extra, **common)
+            return MeasureResult(costs=(), error=b.error, error_msg=b.error_msg, extra=extra,
+                                 **common)
         r, window = self._time(workload, b, opts)
         extra["timed"] = window  # (start, end) wall clock with the device to itself
-        if r.get("early_stop"):
+        if r.early_stop:
             extra["early_stop"] = True
-        return MeasureResult(costs=tuple(r["costs"]), error=ErrorCode(r["error"]),
-                             error_msg=r["error_msg"], run_time=r["run_time"], extra=extra,
-                             **common)
+        return MeasureResult(costs=r.costs, error=r.error, error_msg=r.error_msg,
+                             run_time=r.run_time, extra=extra, **common)
 
     def _time(self, workload: Workload, b: BuildResult,
-              opts: MeasureOptions) -> tuple[dict, tuple[float, float]]:
+              opts: MeasureOptions) -> tuple[RunResult, tuple[float, float]]:
         worker = self._worker
         if not worker.alive or worker.calls >= opts.recycle_after:
             worker.start()  # before taking the lock: starting takes a moment
@@ -324,24 +324,24 @@ class Measurer:
             start = time.time()
             r = self._call_worker(workload, b, opts)
             window = (start, time.time())
-        if r.get("suspect"):  # the kernel may have damaged the worker: the next one gets a new one
+        if r.suspect:  # the kernel may have damaged the worker: the next one gets a new one
             worker.kill()
         return r, window
 
-    def _call_worker(self, workload: Workload, b: BuildResult, opts: MeasureOptions) -> dict:
+    def _call_worker(self, workload: Workload, b: BuildResult,
+                     opts: MeasureOptions) -> RunResult:
         worker = self._worker
         t0 = time.perf_counter()
         try:
             return worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
         except ChildTimeout:
-            return {"costs": (), "error": ErrorCode.RUN_TIMEOUT, "run_time": opts.timeout,
-                    "error_msg": f"no result within {opts.timeout:g} s: the kernel hangs or is "
-                                 "too slow"}
+            return RunResult(error=ErrorCode.RUN_TIMEOUT, run_time=opts.timeout,
+                             error_msg=f"no result within {opts.timeout:g} s: the kernel hangs "
+                                       "or is too slow")
         except (ChildDied, ChildError) as e:
             worker.kill()
-            return {"costs": (), "error": ErrorCode.RUNTIME_DEVICE,
-                    "run_time": time.perf_counter() - t0,
-                    "error_msg": f"{e}: the kernel crashed"[-2000:]}
+            return RunResult(error=ErrorCode.RUNTIME_DEVICE, run_time=time.perf_counter() - t0,
+                             error_msg=f"{e}: the kernel crashed"[-2000:])
 
     def close(self) -> None:
         self._worker.kill()

@@ -4,8 +4,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from ..errors import ErrorCode
+from ..loopast import Program
 from ..space import Config
 
 
@@ -49,3 +51,38 @@ class MeasureResult:
     @property
     def gflops(self) -> float:
         return self.flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a builder process returns for one config: the program and its binary, or why not."""
+
+    error: ErrorCode
+    time: float  # seconds spent lowering, rendering and compiling
+    error_msg: str = ""
+    program: Optional[Program] = None
+    binary: Any = None
+    key: str = ""  # hash of the source and the compiler: equal keys are the same kernel
+    cached: bool = False  # the binary came from the compile cache
+    lowering_bug: bool = False  # lowering raised something other than InvalidConfigError
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ErrorCode.NO_ERROR
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What the measurement worker returns for one kernel (``worker.run_job``)."""
+
+    costs: tuple[float, ...] = ()  # seconds per run, one per sample
+    error: ErrorCode = ErrorCode.NO_ERROR
+    error_msg: str = ""
+    run_time: float = 0.0  # wall seconds of the job: load, check, samples
+    number: int = 0  # runs per sample (0: no sample taken)
+    suspect: bool = False  # the job may have damaged the worker process: restart it
+    early_stop: bool = False  # timing stopped once the kernel was surely slower than the bound
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ErrorCode.NO_ERROR and bool(self.costs)

@@ -6,7 +6,6 @@ The measurement worker only talks to this interface, so CPU, OpenCL and CUDA sha
 from __future__ import annotations
 
 import ctypes
-import importlib
 import mmap
 import os
 from abc import ABC, abstractmethod
@@ -15,8 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import TargetUnavailableError
 from ..loopast import Program
+from .target import Target, get_target
 
 
 def checked_inputs(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -266,24 +265,7 @@ class Runtime(ABC):
         """Load the binary on the device (called inside the measurement worker)."""
 
 
-_RUNTIMES = {
-    "cpu": "tensorgym.hardware.cpu:CPURuntime",
-    "opencl": "tensorgym.hardware.opencl:OpenCLRuntime",
-    "cuda": "tensorgym.hardware.cuda:CUDARuntime",
-}
-
-
-def get_runtime(target: str, **kwargs: Any) -> Runtime:
-    """The runtime for a canonical target name; raises TargetUnavailableError if its Python
+def get_runtime(target: "str | Target", **kwargs: Any) -> Runtime:
+    """The runtime for a target (any alias); raises TargetUnavailableError if its Python
     package is missing."""
-    from ..templates import canonical_target
-
-    target = canonical_target(target)
-    module, _, cls = _RUNTIMES[target].partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise TargetUnavailableError(
-            f"target {target!r} needs a package that is not installed ({e}); "
-            f"install tensorgym[{target}] or use target 'cpu'") from None
-    return getattr(mod, cls)(**kwargs)
+    return get_target(target).runtime(**kwargs)

@@ -2,11 +2,12 @@
 and times them, so a segfault or a hang in generated code kills only this process.
 
 Protocol: the parent calls ``KernelWorker.run(workload, program, binary, options)`` in a
-``Child`` process and receives a dict with ``costs``, ``error``, ``error_msg``, ``run_time`` and,
-where the job may have left the process damaged, ``suspect`` (the parent then restarts it).
+``Child`` process and receives a ``RunResult``; where the job may have left the process damaged,
+its ``suspect`` is set (the parent then restarts the process).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -14,7 +15,7 @@ import traceback
 import numpy as np
 
 from ..errors import ErrorCode
-from .result import spread
+from .result import RunResult, spread
 
 
 def tolerance(workload) -> float:
@@ -41,24 +42,23 @@ class Reference:
         return self._cache[workload.key]
 
 
-def run_job(runtime, reference: Reference, workload, program, binary, opts) -> dict:
+def run_job(runtime, reference: Reference, workload, program, binary, opts) -> RunResult:
     """Load one kernel, run it once and check it, then time it. Checked: the output against
     NumPy (it starts NaN-filled), the canaries around every buffer, the inputs (unchanged).
     ``suspect`` is set where the job may have damaged this process: a write out of bounds, a
     runtime error, a wrong answer (the values it failed to write may have gone anywhere)."""
     t0 = time.perf_counter()
 
-    def fail(code: ErrorCode, msg: str, suspect: bool = True) -> dict:
-        out = {"costs": (), "error": int(code), "error_msg": msg[-2000:],
-               "run_time": time.perf_counter() - t0}
-        return {**out, "suspect": True} if suspect else out
+    def fail(code: ErrorCode, msg: str, suspect: bool = True) -> RunResult:
+        return RunResult(error=code, error_msg=msg[-2000:], run_time=time.perf_counter() - t0,
+                         suspect=suspect)
 
-    def guards(after: str) -> "dict | None":
+    def guards(after: str) -> "RunResult | None":
         damage = kernel.check_guards(bufs)
         return fail(ErrorCode.RUNTIME_DEVICE, f"the kernel wrote where it must not (seen after "
                     f"the {after}): " + "; ".join(damage)) if damage else None
 
-    def measure() -> dict:
+    def measure() -> RunResult:
         first = kernel.time(bufs, 1)  # warm-up; its output is the one checked
         bad = guards("checked run")
         if bad:
@@ -75,13 +75,12 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
                             + (f"; {unwritten} of {out.size} outputs never written (NaN)"
                                if unwritten else ""))
         if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
-            return {"costs": (first,), "error": 0, "error_msg": "", "number": 1,
-                    "run_time": time.perf_counter() - t0}
+            return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0)
         number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
         costs, early = sample(number)
-        done = {"costs": tuple(costs), "error": 0, "error_msg": "", "number": number,
-                "run_time": time.perf_counter() - t0}
-        return guards("timed runs") or ({**done, "early_stop": True} if early else done)
+        return guards("timed runs") or RunResult(costs=tuple(costs), number=number,
+                                                 run_time=time.perf_counter() - t0,
+                                                 early_stop=early)
 
     def sample(number: int) -> tuple[list[float], bool]:
         """``repeat`` samples, more (up to ``max_repeat``) while their spread exceeds
@@ -115,7 +114,7 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> d
             kernel.close()
         except Exception:  # noqa: BLE001 - a runtime that cannot free is in a bad state
             if result is not None:
-                result["suspect"] = True
+                result = dataclasses.replace(result, suspect=True)
     return result
 
 
@@ -129,5 +128,5 @@ class KernelWorker:
         self.runtime = get_runtime(target, **runtime_kwargs)
         self.reference = Reference(seed)
 
-    def run(self, workload, program, binary, opts) -> dict:
+    def run(self, workload, program, binary, opts) -> RunResult:
         return run_job(self.runtime, self.reference, workload, program, binary, opts)

@@ -189,38 +189,31 @@ def _unroll(loops: Sequence[tuple[A.LoopVar, int, str]], body: A.Stmt, plan: Gpu
                 body)
 
 
-def substitute(node, mapping: Mapping[A.LoopVar, A.Expr]):
+def substitute(node: A.Node, mapping: Mapping[A.LoopVar, A.Expr]) -> A.Node:
     """``node`` with loop variables replaced (and constant index arithmetic folded)."""
-    if isinstance(node, A.LoopVar):
-        return mapping.get(node, node)
-    if isinstance(node, (A.IntImm, A.FloatImm, A.ThreadIdx, A.Barrier)):
-        return node
-    if isinstance(node, A.BinOp):
-        a, b = substitute(node.a, mapping), substitute(node.b, mapping)
-        if node.op == "+":
-            return A.add(a, b)
-        if node.op == "*" and not (isinstance(a, A.FloatImm) or isinstance(b, A.FloatImm)):
-            return A.mul(a, b) if _is_index(a) and _is_index(b) else A.BinOp("*", a, b)
-        if isinstance(a, A.IntImm) and isinstance(b, A.IntImm) and node.op in ("//", "%"):
-            return A.IntImm(a.value // b.value if node.op == "//" else a.value % b.value)
-        return A.BinOp(node.op, a, b)
-    if isinstance(node, A.Select):
-        return A.Select(*(substitute(x, mapping) for x in (node.cond, node.true_value,
-                                                            node.false_value)))
-    if isinstance(node, A.Load):
-        return A.Load(node.buffer, tuple(substitute(i, mapping) for i in node.indices))
-    if isinstance(node, A.Store):
-        return A.Store(node.buffer, tuple(substitute(i, mapping) for i in node.indices),
-                       substitute(node.value, mapping))
-    if isinstance(node, A.Seq):
-        return A.seq(*(substitute(s, mapping) for s in node.stmts))
-    if isinstance(node, A.For):
-        return A.For(node.var, node.extent, node.kind, substitute(node.body, mapping))
-    if isinstance(node, A.If):
-        return A.If(substitute(node.cond, mapping), substitute(node.then, mapping))
-    if isinstance(node, A.Allocate):
-        return A.Allocate(node.buffer, substitute(node.body, mapping))
-    raise TypeError(f"cannot substitute in {type(node).__name__}")
+
+    def replace(n: A.Node) -> "A.Node | None":
+        if isinstance(n, A.LoopVar):
+            return mapping.get(n)
+        if isinstance(n, A.BinOp):
+            return _fold(n)
+        if isinstance(n, A.Seq):
+            return A.seq(*n.stmts)
+        return None
+
+    return A.transform(node, replace)
+
+
+def _fold(e: A.BinOp) -> "A.Expr | None":
+    """``e`` (its operands already substituted) with constant index arithmetic folded."""
+    a, b = e.a, e.b
+    if e.op == "+":
+        return A.add(a, b)
+    if e.op == "*" and not (isinstance(a, A.FloatImm) or isinstance(b, A.FloatImm)):
+        return A.mul(a, b) if _is_index(a) and _is_index(b) else None
+    if isinstance(a, A.IntImm) and isinstance(b, A.IntImm) and e.op in ("//", "%"):
+        return A.IntImm(a.value // b.value if e.op == "//" else a.value % b.value)
+    return None
 
 
 def _is_index(e: A.Expr) -> bool:

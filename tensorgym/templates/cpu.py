@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..space import ConfigSpace, annotate_knob, other_knob, reorder_knob, split_knob
+from ..space import ConfigSpace, SpaceKey, annotate_knob, other_knob, reorder_knob, split_knob
 from ..workloads import Workload
 
 CPU_ORDERS = (
@@ -38,7 +38,8 @@ def cpu_space(workload: Workload, split_policy: str = "all") -> ConfigSpace:
     ]
     if workload.op == "conv2d" and workload.params[7] > 0:
         knobs.append(other_knob("inline_pad", [0, 1]))
-    return ConfigSpace(f"{workload.op}/cpu", tuple(knobs))
+    options = (("split_policy", split_policy),) if split_policy != "all" else ()
+    return ConfigSpace(f"{workload.op}/cpu", tuple(knobs), SpaceKey(workload.key, "cpu", options))
 
 
 def default_cpu_values(workload: Workload) -> dict:

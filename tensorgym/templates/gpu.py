@@ -22,7 +22,8 @@ from typing import Mapping
 
 from .. import te
 from ..errors import InvalidConfigError
-from ..space import Config, ConfigSpace, other_knob, split_knob
+from ..hardware.target import DEFAULT_GPU_LIMITS
+from ..space import Config, ConfigSpace, SpaceKey, other_knob, split_knob
 from ..workloads import Workload
 
 SPATIAL_LEVELS = 4
@@ -30,22 +31,13 @@ REDUCE_LEVELS = {"conv2d": 2, "matmul": 3}
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_WIDTHS = (1, 2, 4)
 
-# Limits used when a caller has no device to ask (a typical CUDA device of compute capability 7+).
-DEFAULT_GPU_LIMITS = {
-    "max_threads_per_block": 1024,
-    "max_block_dims": (1024, 1024, 64),
-    "max_grid_dims": (2**31 - 1, 65535, 65535),
-    "max_shared_memory_per_block": 48 * 1024,
-    "max_registers_per_thread": 255,
-    "max_registers_per_block": 65536,
-}
 # Registers a thread needs besides its accumulator (indices, addresses, the loaded operands):
 # a rough estimate, used only to reject configs that cannot possibly fit.
 REGISTER_OVERHEAD = 24
 FLOAT_BYTES = 4
 
 
-def gpu_space(workload: Workload, target: str = "cuda") -> ConfigSpace:
+def gpu_space(workload: Workload) -> ConfigSpace:
     """The knobs of the GPU template; one space (``<op>/gpu``) for both GPU targets."""
     if workload.op not in REDUCE_LEVELS:
         raise InvalidConfigError(f"no GPU template for workload op {workload.op!r}")
@@ -58,7 +50,7 @@ def gpu_space(workload: Workload, target: str = "cuda") -> ConfigSpace:
               other_knob("unroll_explicit", (0, 1))]
     if any(o.vector_dim is not None for o in operands(workload)):
         knobs.append(other_knob("vec_load", VECTOR_WIDTHS))
-    return ConfigSpace(f"{workload.op}/gpu", tuple(knobs))
+    return ConfigSpace(f"{workload.op}/gpu", tuple(knobs), SpaceKey(workload.key, "gpu"))
 
 
 # ---------------------------------------------------------------- operand analysis
@@ -181,9 +173,10 @@ class GpuPlan:
 
 
 def gpu_plan(workload: Workload, config: Config) -> GpuPlan:
-    if not config.space_name.endswith("/gpu") or config.space_name.split("/")[0] != workload.op:
-        raise InvalidConfigError(f"config of space {config.space_name!r} is not a GPU config "
-                                 f"for {workload.op}")
+    key = config.space_key
+    if key is None or key.template != "gpu" or key.workload_key != workload.key:
+        raise InvalidConfigError(f"config of space {key or config.space_name} is not a GPU "
+                                 f"config for {workload.label}")
     op = workload.output.op
     v = config.values
     nred = REDUCE_LEVELS[workload.op]
