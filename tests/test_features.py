@@ -1,6 +1,7 @@
 """Loop-AST features: fixed lengths, invariances, hand-checked values and error paths."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -45,10 +46,11 @@ def figure3_program(names=("y", "x", "k", "A", "B", "C")) -> A.Program:
 # ---------------------------------------------------------------- renaming helper
 
 
-class _Renamer:
+class _Renamer(A.Rewriter):
     """Rebuild a program with every loop variable and buffer replaced by a fresh, renamed one."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.vars: dict = {}
         self.bufs: dict = {}
 
@@ -63,35 +65,23 @@ class _Renamer:
             self.bufs[b] = A.Buffer(f"buf_{99 - len(self.bufs)}", b.shape, b.scope, b.dtype)
         return self.bufs[b]
 
-    def expr(self, e):
-        if isinstance(e, A.LoopVar):
-            return self.var(e)
-        if isinstance(e, A.BinOp):
-            return A.BinOp(e.op, self.expr(e.a), self.expr(e.b))
-        if isinstance(e, A.Select):
-            return A.Select(self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value))
-        if isinstance(e, A.Load):
-            return A.Load(self.buf(e.buffer), tuple(self.expr(i) for i in e.indices))
-        return e
+    def visit_LoopVar(self, v: A.LoopVar) -> A.LoopVar:
+        return self.var(v)
 
-    def stmt(self, s):
-        if isinstance(s, A.For):
-            return A.For(self.var(s.var), s.extent, s.kind, self.stmt(s.body))
-        if isinstance(s, A.Seq):
-            return A.Seq(tuple(self.stmt(x) for x in s.stmts))
-        if isinstance(s, A.Store):
-            return A.Store(self.buf(s.buffer), tuple(self.expr(i) for i in s.indices),
-                           self.expr(s.value))
-        if isinstance(s, A.Allocate):
-            return A.Allocate(self.buf(s.buffer), self.stmt(s.body))
-        if isinstance(s, A.If):
-            return A.If(self.expr(s.cond), self.stmt(s.then))
-        return s
+    def visit_For(self, s: A.For) -> A.For:
+        var = self.var(s.var)  # before the body: names in pre-order
+        return dataclasses.replace(self.generic_visit(s), var=var)
+
+    def visit_Load(self, n):  # also Store and Allocate: every node that names a buffer
+        buffer = self.buf(n.buffer)
+        return dataclasses.replace(self.generic_visit(n), buffer=buffer)
+
+    visit_Store = visit_Allocate = visit_Load
 
     def program(self, p: A.Program) -> A.Program:
         args = tuple(self.buf(b) for b in p.args)
         return A.Program("renamed", args, tuple(self.buf(b) for b in p.workspaces),
-                         self.stmt(p.body), dict(p.launch))
+                         self.visit(p.body), dict(p.launch))
 
 
 # ---------------------------------------------------------------- fixed lengths
@@ -169,10 +159,10 @@ def test_parallel_featurizing_gives_the_same_rows_in_the_same_order():
     try:
         for mode in ("relation", "context"):
             clear_cache()
-            serial = featurize(w, configs, mode, n_jobs=1)
+            serial = featurize(w, configs, mode, n_jobs=1, fast=False)
             clear_cache()
             featurize(w, configs[:3], mode)  # some rows cached, the rest split over processes
-            parallel = featurize(w, configs, mode, n_jobs=2)
+            parallel = featurize(w, configs, mode, n_jobs=2, fast=False)
             np.testing.assert_array_equal(serial, parallel)
     finally:
         shutdown()

@@ -10,10 +10,14 @@ Modes (``FEATURE_MODES``):
 - ``"ast"``: one dict of arrays per program for a tree model (``ast.py``); not a matrix.
 
 All features are pure functions of the lowered program (or, for ``config``, of the config):
-no names, no randomness. Lowering and featurizing one config costs about a millisecond of
-Python, so ``featurize`` keeps an LRU cache of ``CACHE_SIZE`` rows per mode keyed by (workload,
-space name, knob values): search revisits configs. The cache is per process and not locked;
-call ``featurize`` from one thread at a time. ``feature_names(mode)`` names every column.
+no names, no randomness. Lowering and analysing one config costs about half a millisecond of
+Python, so ``relation`` and ``context`` rows of a batch come from the fast path where it applies
+(``fast.py``): the template's loop structure with the knob values as NumPy arrays over the whole
+batch (``nest.py``, ``nest_cpu.py``, ``nest_gpu.py``), no lowering, the same rows bit for bit;
+``featurize(..., fast=False)`` always lowers (the reference). ``featurize`` also keeps an LRU
+cache of ``CACHE_SIZE`` rows per mode keyed by (workload, space name, knob values): search
+revisits configs. The cache is per process and not locked; call ``featurize`` from one thread at
+a time. ``feature_names(mode)`` names every column.
 """
 from __future__ import annotations
 
@@ -23,12 +27,14 @@ from typing import Sequence
 import numpy as np
 
 from ..loopast import Program
-from ..space import Config, ConfigSpace
+from ..space import Config, ConfigSpace, SpaceKey
 from ..workloads import Workload
 from .ast import NODE_TYPES, ast_arrays
 from .config_encoding import MAX_KNOBS, N_CONFIG, encode_config
 from .context import (CONTEXT_NAMES, KIND_NAMES, N_CONTEXT, N_PROGRAM, PROGRAM_NAMES, SLOT_ROLES,
                       ProgramSummary, context_matrix, summarize)
+from .fast import fast_rows, worthwhile
+from .nest import Unsupported
 from .parallel import default_jobs, split_rows
 from .relation import N_RELATION, RELATION_NAMES, RELATION_PAIRS, THRESHOLDS, relation_features
 
@@ -105,7 +111,7 @@ class _LRU:
 
 
 _rows = {m: _LRU(CACHE_SIZE) for m in ("relation", "context")}
-_spaces: dict[tuple[str, str], ConfigSpace] = {}
+_spaces: dict[SpaceKey, ConfigSpace] = {}
 
 
 def clear_cache() -> None:
@@ -115,31 +121,40 @@ def clear_cache() -> None:
 
 
 def _space(workload: Workload, config: Config) -> ConfigSpace:
-    key = (workload.key, config.space_name)
-    if key not in _spaces:
-        from ..templates import space_for  # noqa: PLC0415
+    """The exact space ``config`` came from (its ``space_key``)."""
+    if config.space_key is None:
+        raise ValueError(f"config of space {config.space_name} comes from no template's space: "
+                         "pass the space it came from (space=)")
+    if config.space_key not in _spaces:
+        from ..templates import space_of  # noqa: PLC0415
 
-        kind = config.space_name.split("/")[-1]
-        # "<op>/gpu" is one space shared by both GPU targets.
-        _spaces[key] = space_for(workload, "cuda" if kind == "gpu" else kind)
-    return _spaces[key]
+        _spaces[config.space_key] = space_of(workload, config.space_key)
+    return _spaces[config.space_key]
 
 
 def _check_config(workload: Workload, config: Config) -> None:
     if not isinstance(config, Config):
         raise TypeError(f"expected a Config, got {type(config).__name__}")
-    if config.space_name.split("/")[0] != workload.op:
-        raise ValueError(f"config of space {config.space_name} does not fit a {workload.op} "
-                         f"workload ({workload.label})")
+    key = config.space_key
+    if (key.workload_key != workload.key) if key is not None else \
+            config.space_name.split("/")[0] != workload.op:
+        raise ValueError(f"config of space {key or config.space_name} does not fit "
+                         f"{workload.label}")
 
 
 def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
-              space: "ConfigSpace | None" = None, n_jobs: int = 1) -> "np.ndarray | list[dict]":
+              space: "ConfigSpace | None" = None, n_jobs: int = 1,
+              fast: bool = True) -> "np.ndarray | list[dict]":
     """Features of ``configs`` of ``workload``: float32 (n, feature_length(mode)), or for
     ``mode="ast"`` a list of dicts. ``space`` (for ``config`` mode) defaults to the template's
     default space of the configs' target; pass it when the configs come from another one.
-    ``n_jobs`` > 1 lowers big batches of uncached ``relation``/``context`` rows in that many
-    processes (``parallel.default_jobs()`` is what this machine allows)."""
+
+    ``relation`` and ``context`` rows come from the fast path (``fast.py``: the template's loop
+    structure evaluated for the whole batch with NumPy, no lowering) where it covers the
+    workload and template and the batch is big enough to pay for it (``fast.worthwhile``), else
+    from lowering each config; both give the same rows bit for bit. ``fast=False`` always lowers
+    (the reference). ``n_jobs`` > 1 lowers big batches in that many processes
+    (``parallel.default_jobs()`` is what this machine allows); the fast path needs none."""
     from ..lower import lower  # noqa: PLC0415
 
     _check_mode(mode)
@@ -155,7 +170,7 @@ def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relati
         return out
     cache = _rows[mode]
     wkey = workload.key
-    keys = [(wkey, c.space_name, tuple(c.values.items())) for c in configs]
+    keys = [(wkey, _template_of(c), tuple(c.values.items())) for c in configs]
     missing: dict = {}
     for r, key in enumerate(keys):
         row = cache.get(key)
@@ -164,16 +179,53 @@ def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relati
         else:
             out[r] = row
     if missing:
-        todo = [configs[r] for r in missing.values()]
+        rows = _compute_rows(workload, [configs[r] for r in missing.values()], mode, n_jobs, fast)
+        fresh = {key: i for i, key in enumerate(missing)}
+        for key, i in fresh.items():
+            # a row of its own: the caller may write into ``out``, and a view would keep the
+            # whole batch alive while the cache holds one of its rows
+            cache.put(key, rows[i].copy())
+        if len(missing) == len(configs):  # all new and distinct: rows are in the configs' order
+            return rows
+        where = [(r, fresh[key]) for r, key in enumerate(keys) if key in fresh]
+        out[[r for r, _ in where]] = rows[[i for _, i in where]]
+    return out
 
-        def compute(cs: Sequence[Config]) -> np.ndarray:
-            return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in cs])
 
-        rows = split_rows(compute, workload, todo, mode, n_jobs)
-        fresh = dict(zip(missing, rows))
-        for key, row in fresh.items():
-            cache.put(key, row)
-        for r, key in enumerate(keys):
-            if key in fresh:
-                out[r] = fresh[key]
+def _template_of(config: Config) -> str:
+    """The template whose lowering gives the config's rows (its family name for a config of no
+    template's space, which lowering then refuses)."""
+    return config.space_key.template if config.space_key is not None else config.space_name
+
+
+def rows_by_lowering(workload: Workload, configs: Sequence[Config], mode: str) -> np.ndarray:
+    """The reference rows: lower every config and analyse its loop AST."""
+    from ..lower import lower  # noqa: PLC0415
+
+    return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in configs])
+
+
+def _compute_rows(workload: Workload, configs: list[Config], mode: str, n_jobs: int,
+                  fast: bool) -> np.ndarray:
+    by_space: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        by_space.setdefault(_template_of(c), []).append(i)
+    parts = []
+    for name, idx in by_space.items():
+        batch = [configs[i] for i in idx] if len(by_space) > 1 else configs
+        rows = None
+        if fast and worthwhile(workload, name, mode, len(batch)):
+            try:
+                rows = fast_rows(workload, batch, mode, MAX_LOOPS)
+            except Unsupported:  # knob values the template's nest does not model: lower them
+                pass
+        if rows is None:
+            rows = split_rows(lambda cs: rows_by_lowering(workload, cs, mode), workload, batch,
+                              mode, n_jobs)
+        parts.append((idx, rows))
+    if len(parts) == 1:
+        return parts[0][1]
+    out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
+    for idx, rows in parts:
+        out[idx] = rows
     return out

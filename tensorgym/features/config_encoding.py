@@ -33,9 +33,11 @@ def encode_config(space: ConfigSpace, config: Config) -> np.ndarray:
     if len(space.knobs) > MAX_KNOBS:
         raise ValueError(f"space {space.name} has {len(space.knobs)} knobs; the config encoding "
                          f"holds at most {MAX_KNOBS}")
-    if len(config.choices) != len(space.knobs) or config.space_name != space.name:
-        raise ValueError(f"config of {config.space_name} with {len(config.choices)} knobs does "
-                         f"not belong to space {space.name}")
+    if len(config.choices) != len(space.knobs) or config.space_name != space.name or \
+            config.space_key != space.key:
+        raise ValueError(f"config of {config.space_key or config.space_name} with "
+                         f"{len(config.choices)} knobs does not belong to space "
+                         f"{space.key or space.name}: pass the space it came from")
     out = np.zeros(N_CONFIG, dtype=np.float32)
     for k, (knob, c) in enumerate(zip(space.knobs, config.choices)):
         if not 0 <= c < knob.size:

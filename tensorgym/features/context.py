@@ -40,15 +40,17 @@ PROGRAM_NAMES = ("flops", "stores", "loads", "traffic_32KiB", "traffic_1MiB", "n
                  "parallel_iters", "threads", "max_vector_lanes", "max_unrolled_steps",
                  "global_bytes")
 N_PROGRAM = len(PROGRAM_NAMES)
-_CACHE_SIZES = (32 << 10, 1 << 20)
+_CACHE_SIZES = (32 << 10, 1 << 20)  # the caches of traffic_32KiB and traffic_1MiB
 # Columns kept raw (not log-scaled): nesting depth and 0/1 flags.
 _RAW_COLUMNS = np.array([CTX["depth"], CTX["height"], CTX["innermost"]]
                         + [CTX[f"kind_{k}"] for k in KIND_NAMES]
                         + [CTX[f"slot{s}_{f}"] for s in range(N_SLOTS) for f in ("read", "write")])
 _RAW_PROGRAM = np.array([PROGRAM_NAMES.index("max_depth")])
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1, "int64": 8}
-_L = len(LOOP_FIELDS)
-_F = len(BUFFER_FIELDS)
+# the columns of each slot's buffer fields, and of one field over all slots
+_SLOT_COLUMNS = tuple({f: CTX[f"slot{s}_{f}"] for f in BUFFER_FIELDS} for s in range(N_SLOTS))
+_FIELD_COLUMNS = {f: np.array([c[f] for c in _SLOT_COLUMNS]) for f in BUFFER_FIELDS}
+_KIND_COLUMNS = tuple(CTX[f"kind_{k}"] for k in KIND_NAMES)
 
 
 @functools.lru_cache(maxsize=64)
@@ -252,7 +254,6 @@ class _Analyzer:
     def run(self) -> ProgramSummary:
         self._stmt(self.program.body, (), 1)
         n = len(self.loops)
-        n_kinds = len(KIND_NAMES)
         for lp in reversed(self.loops):  # children come after their parent in pre-order
             if lp.parent >= 0:
                 parent = self.loops[lp.parent]
@@ -260,14 +261,14 @@ class _Analyzer:
         rows = []
         for lp in self.loops:
             row = [0.0] * N_CONTEXT
-            row[0] = lp.extent
-            row[1] = lp.depth
-            row[2] = lp.height
-            row[3] = lp.innermost
-            row[4 + lp.kind] = 1.0
-            row[4 + n_kinds] = lp.outer
-            row[5 + n_kinds] = lp.body_execs
-            row[6 + n_kinds] = lp.outer * lp.extent
+            row[CTX["extent"]] = lp.extent
+            row[CTX["depth"]] = lp.depth
+            row[CTX["height"]] = lp.height
+            row[CTX["innermost"]] = lp.innermost
+            row[_KIND_COLUMNS[lp.kind]] = 1.0
+            row[CTX["outer_iters"]] = lp.outer
+            row[CTX["body_execs"]] = lp.body_execs
+            row[CTX["total_iters"]] = lp.outer * lp.extent
             rows.append(row)
         traffic = [0] * len(_CACHE_SIZES)
         self._assign_inputs()
@@ -275,15 +276,15 @@ class _Analyzer:
             acc.slot = self.slot_of[acc.buffer]
             self._fill_access(acc, rows, traffic)
         z = np.array(rows, dtype=np.float64).reshape(n, N_CONTEXT)
-        touched = z[:, _L::_F]
+        touched = z[:, _FIELD_COLUMNS["touched_bytes"]]
         z[:, CTX["footprint_bytes"]] = touched.sum(axis=1)
         elem = np.full(N_SLOTS, 4.0)
         for buf, s in self.slot_of.items():
             if s >= 0:
                 elem[s] = _elem_bytes(buf)
-        counts = z[:, _L + 1::_F]
-        z[:, _L + 2::_F] = np.divide(counts * elem, touched, out=np.zeros_like(counts),
-                                     where=touched > 0)
+        counts = z[:, _FIELD_COLUMNS["access_count"]]
+        z[:, _FIELD_COLUMNS["reuse"]] = np.divide(counts * elem, touched,
+                                                  out=np.zeros_like(counts), where=touched > 0)
         raw = z[:, _RAW_COLUMNS]
         z = np.log2(1.0 + np.abs(z))
         z[:, _RAW_COLUMNS] = raw
@@ -307,13 +308,13 @@ class _Analyzer:
         opaque = [[d, scale, e, loop_vars(e), 1, 1] for d, (_, op, _) in enumerate(forms)
                   for scale, e in op]
         count = acc.multiplicity
-        col = _L + acc.slot * _F if acc.slot >= 0 else -1
+        col = _SLOT_COLUMNS[acc.slot] if acc.slot >= 0 else None
         in_global = buf.scope == "global"
         fits = [eb * self.loops[acc.chain[-1]].outer * self.loops[acc.chain[-1]].extent
                 if acc.chain else eb] * len(_CACHE_SIZES)
         first_fit = 0  # caches are ascending and footprints only grow outwards
         n_caches = len(_CACHE_SIZES) if in_global else 0
-        flags = [c for c, on in ((col + 4, acc.read), (col + 5, acc.write)) if on]
+        flags = [col[f] for f, on in (("read", acc.read), ("write", acc.write)) if on and col]
         active: dict[A.LoopVar, int] = {}
         loops = self.loops
         touched = eb
@@ -349,14 +350,14 @@ class _Analyzer:
                 first_fit += 1
             for t in range(first_fit, n_caches):
                 fits[t] = touched * lp.outer
-            if col < 0:
+            if col is None:
                 continue
             row = rows[k]
-            if touched > row[col]:
-                row[col] = touched
-            row[col + 1] += count
-            if abs(stride) > abs(row[col + 3]):
-                row[col + 3] = stride
+            if touched > row[col["touched_bytes"]]:
+                row[col["touched_bytes"]] = touched
+            row[col["access_count"]] += count
+            if abs(stride) > abs(row[col["stride"]]):
+                row[col["stride"]] = stride
             for f in flags:
                 row[f] = 1.0
         if in_global:
@@ -377,13 +378,16 @@ class _Analyzer:
         unrolled = [lp.extent * lp.body_execs for lp in loops
                     if KIND_NAMES[lp.kind] == "unrolled"
                     and (lp.parent < 0 or KIND_NAMES[loops[lp.parent].kind] != "unrolled")]
-        global_bytes = sum(b.size * _elem_bytes(b) for b in self.program.args)
-        workspace_bytes = sum(b.size * _elem_bytes(b) for b in self.program.workspaces)
-        v = np.array([self.flops, self.stores, self.loads, traffic[0], traffic[1], len(loops),
-                      max((lp.depth + 1 for lp in loops), default=0), self.alloc_bytes["local"],
-                      self.alloc_bytes["shared"], workspace_bytes, self.barriers,
-                      _prod(par), _prod(threads), max(vec, default=0), max(unrolled, default=0),
-                      global_bytes], dtype=np.float64)
+        figures = {
+            "flops": self.flops, "stores": self.stores, "loads": self.loads,
+            "traffic_32KiB": traffic[0], "traffic_1MiB": traffic[1], "n_loops": len(loops),
+            "max_depth": max((lp.depth + 1 for lp in loops), default=0),
+            "local_bytes": self.alloc_bytes["local"], "shared_bytes": self.alloc_bytes["shared"],
+            "workspace_bytes": sum(b.size * _elem_bytes(b) for b in self.program.workspaces),
+            "barriers": self.barriers, "parallel_iters": _prod(par), "threads": _prod(threads),
+            "max_vector_lanes": max(vec, default=0), "max_unrolled_steps": max(unrolled, default=0),
+            "global_bytes": sum(b.size * _elem_bytes(b) for b in self.program.args)}
+        v = np.array([figures[name] for name in PROGRAM_NAMES], dtype=np.float64)
         raw = v[_RAW_PROGRAM].copy()
         v = np.log2(1.0 + v)
         v[_RAW_PROGRAM] = raw

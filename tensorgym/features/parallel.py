@@ -31,7 +31,7 @@ class FeatureServer:
     def rows(self, workload, configs: Sequence, mode: str) -> np.ndarray:
         from . import featurize  # noqa: PLC0415
 
-        return featurize(workload, configs, mode)
+        return featurize(workload, configs, mode, fast=False)  # only lowering is split
 
 
 class _Pool:

@@ -42,3 +42,41 @@ def relation_features(z: np.ndarray) -> np.ndarray:
     zi = z[:, _I][:, :, None]  # (loops, pairs, 1)
     below = z[:, _J][:, :, None] < THRESHOLDS  # (loops, pairs, thresholds)
     return np.where(below, zi, 0.0).max(axis=0).astype(np.float32).ravel()
+
+
+_J_UNIQUE, _J_INVERSE = np.unique(_J, return_inverse=True)
+_STEP = float(THRESHOLDS[1] - THRESHOLDS[0])
+_EVENLY_SPACED = np.array_equal(THRESHOLDS, THRESHOLDS[0] + _STEP * np.arange(len(THRESHOLDS)))
+
+
+def _thresholds_at_or_below(z: np.ndarray) -> np.ndarray:
+    """How many thresholds are <= each value of ``z`` (float32), as int32. For evenly spaced
+    thresholds this is arithmetic, exact in float64: a float32 value that is not on a threshold
+    is far further from it than float64 rounding reaches."""
+    if not _EVENLY_SPACED:
+        return np.searchsorted(THRESHOLDS, z, side="right").astype(np.int32)
+    x = z.astype(np.float64)
+    x -= float(THRESHOLDS[0])
+    x /= _STEP
+    np.floor(x, out=x)
+    np.clip(x, -1, len(THRESHOLDS) - 1, out=x)
+    return x.astype(np.int32) + 1
+
+
+def relation_rows(z: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """``relation_features`` of n loop nests at once (n up to a few million: int32 indices):
+    ``z`` (N_CONTEXT, loops, n) float32, loops where ``present`` (loops, n) is False left out.
+    A loop with b thresholds at or below Z_kj counts for thresholds b, b+1, ... (Z_kj < beta_t
+    exactly when t >= b), so R_t is the running maximum over t of the per-b maxima of Z_ki."""
+    n = present.shape[1]
+    n_pairs, n_t = len(RELATION_PAIRS), len(THRESHOLDS)
+    zi = np.where(present, z[_I], np.float32(0.0))  # (pairs, loops, n)
+    first = _thresholds_at_or_below(z[_J_UNIQUE])[_J_INVERSE]
+    first *= n_pairs * n
+    first += (np.arange(n_pairs, dtype=np.int32)[:, None, None] * n
+              + np.arange(n, dtype=np.int32))
+    r = np.zeros((n_t + 1, n_pairs, n), np.float32)
+    np.maximum.at(r.reshape(-1), first.reshape(-1), zi.reshape(-1))
+    for t in range(1, n_t):
+        np.maximum(r[t - 1], r[t], out=r[t])
+    return r[:n_t].transpose(2, 1, 0).reshape(n, -1)

@@ -1,0 +1,208 @@
+"""The CPU template's loop nest for a batch of configs: ``lower/cpu.py`` with arrays for numbers.
+
+Configs are grouped by loop order (the ``reorder`` knob); inside a group every other knob is a
+per-config array: tile factors, the fused parallel loop, vectorize and unroll in loop kinds,
+``cache_write`` and ``inline_pad`` in which statements, accesses and buffers exist, and where the
+register block starts (the first reduction loop that exists) in which of two copies of a loop
+exists.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .. import te
+from ..lower.cpu import MAX_VECTOR_LANES
+from ..space import Config
+from ..templates.gpu import operands
+from ..workloads import Workload
+from .nest import (KIND, Buf, Div, Mod, Nest, Stmt, Unsupported, Var, _prefix, access, buffer,
+                   inlined_source, merge, nest, tile_factors)
+
+TILE_GROUPS = ("S1", "S2", "R0", "R1")  # the groups the ``reorder`` knob orders
+
+
+class TileLoop(NamedTuple):
+    """The loop of one tiling level of one axis, in one place of the nest."""
+
+    axis: te.IterVar
+    level: int
+    on: "np.ndarray | bool" = True  # where the loop is in this place
+    outside: bool = False  # the copy outside the register block (see ``build``)
+
+
+def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.ndarray, Nest]]:
+    """(indices into ``configs``, their nest) for every loop order among ``configs``."""
+    op = workload.output.op
+    spatial = [ax for ax in op.axes if ax.extent > 1]
+    reduce = [ax for ax in op.reduce_axes if ax.extent > 1]
+    values = [c.values for c in configs]
+    factors = {ax: tile_factors(values, ax, 2 if ax.reduce else 3) for ax in spatial + reduce}
+    knobs = {"vectorize": np.array([v.get("vectorize", "none") == "inner" for v in values]),
+             "unroll": np.array([v.get("unroll_max_step", 0) for v in values], np.int64),
+             "parallel": np.array([v["parallel"] for v in values], np.int64),
+             "cache_write": np.array([bool(v.get("cache_write", 0)) for v in values]),
+             "inline": np.array([bool(v.get("inline_pad", 1)) for v in values])}
+    orders: dict[tuple, list[int]] = {}
+    for i, v in enumerate(values):
+        orders.setdefault(tuple(v["reorder"]), []).append(i)
+    out = []
+    for order, idx in orders.items():
+        if sorted(order) != sorted(TILE_GROUPS):
+            raise Unsupported(f"reorder {order} is not an order of {TILE_GROUPS}")
+        idx = np.array(idx)
+        cpu = _CpuNest(workload, order, spatial, reduce, {ax: f[idx] for ax, f in factors.items()},
+                       {k: v[idx] for k, v in knobs.items()})
+        out.append((idx, cpu.build()))
+    return out
+
+
+class _CpuNest:
+    def __init__(self, workload: Workload, order: tuple, spatial: list, reduce: list,
+                 factors: dict, knobs: dict) -> None:
+        self.w, self.spatial, self.reduce = workload, spatial, reduce
+        self.f, self.knobs = factors, knobs
+        self.n = n = len(knobs["parallel"])
+        # the leading outer loops that exist are fused into one parallel loop
+        present = [factors[ax][:, 0] > 1 for ax in spatial]
+        rank = np.cumsum([np.zeros(n, np.int64)] + present, axis=0)[:-1]
+        self.n_par = np.minimum(knobs["parallel"], np.sum(present, axis=0))
+        self.fused = [p & (r < self.n_par) for p, r in zip(present, rank)]
+        self.first = [fu & (r == 0) for fu, r in zip(self.fused, rank)]
+        kept = [np.where(fu, factors[ax][:, 0], 1) for fu, ax in zip(self.fused, spatial)]
+        self.fused_ext = np.prod(kept, axis=0) if kept else np.ones(n, np.int64)
+        self.fused_inner = [np.prod(kept[i + 1:], axis=0) if kept[i + 1:] else np.ones(n, np.int64)
+                            for i in range(len(kept))]
+        # lowering's register block starts at the first reduction loop that exists: the tile
+        # groups between the two reduction groups are outside it when the first has no loop,
+        # so their loops get two places, each where the other is not
+        groups = {f"S{lv}": [TileLoop(ax, lv) for ax in spatial] for lv in range(3)}
+        groups.update({f"R{lv}": [TileLoop(ax, lv) for ax in reduce] for lv in range(2)})
+        r1, r2 = (order.index(g) for g in order if g[0] == "R")
+        from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
+        floating = [lp for g in order[r1 + 1:r2] for lp in groups[g]]
+        self.floating = {(lp.axis, lp.level) for lp in floating}
+        self.outer = (groups["S0"] + [lp for g in order[:r1] for lp in groups[g]]
+                      + [lp._replace(on=~from_r1, outside=True) for lp in floating])
+        self.block = (groups[order[r1]] + [lp._replace(on=from_r1) for lp in floating]
+                      + [lp for g in order[r2:] for lp in groups[g]])
+        self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
+
+    def ext(self, loop: TileLoop) -> np.ndarray:
+        ax, level = loop.axis, loop.level
+        if not ax.reduce and level == 0:  # a fused loop is no loop of its own
+            e = np.where(self.fused[self.spatial.index(ax)], 1, self.f[ax][:, 0])
+        else:
+            e = self.f[ax][:, level]
+        return e if loop.on is True else np.where(loop.on, e, 1)
+
+    @staticmethod
+    def var(loop: TileLoop) -> str:
+        return f"{loop.axis.name}.{loop.level}" + ("'" if loop.outside else "")
+
+    def axis_index(self, ax, c: int = 1) -> tuple[dict, list]:
+        """``c`` times the index of axis ``ax``: sum over its loops of loop * level stride."""
+        if ax not in self.index:
+            return {}, []
+        affine, opaque = self.index[ax]
+        if c == 1:
+            return affine, opaque
+        return {v: c * k for v, k in affine.items()}, [(c * k, e, on) for k, e, on in opaque]
+
+    def _axis_index(self, ax) -> tuple[dict, list]:
+        f = self.f[ax]
+        affine, opaque = {}, []
+        for level in range(f.shape[1]):
+            coeff = np.prod(f[:, level + 1:], axis=1)
+            affine[self.var(TileLoop(ax, level))] = coeff
+            if (ax, level) in self.floating:  # its copy outside the block
+                affine[self.var(TileLoop(ax, level, outside=True))] = coeff
+            if not ax.reduce and level == 0:
+                i = self.spatial.index(ax)
+                fused = self.fused[i]
+                affine["fused"] = coeff * (fused & (self.n_par == 1))  # the fused loop itself
+                part = Mod(Div(Var("fused"), self.fused_inner[i]), f[:, 0], on=~self.first[i])
+                opaque.append((coeff, part, fused & (self.n_par >= 2)))
+        return affine, opaque
+
+    def annotate(self, loops: list) -> list[tuple]:
+        """``lower/cpu._annotate``: vectorize the innermost loop if spatial, then unroll inner
+        loops while the product of their extents stays within ``unroll_max_step``."""
+        if not loops:
+            return []
+        n = self.n
+        exts = np.stack([self.ext(lp) for lp in loops])
+        present = exts > 1
+        last = len(loops) - 1 - np.argmax(present[::-1], axis=0)  # the innermost that exists
+        spatial = np.array([not lp.axis.reduce for lp in loops])
+        vec = (self.knobs["vectorize"] & present.any(axis=0) & spatial[last]
+               & (exts[last, np.arange(n)] <= MAX_VECTOR_LANES))
+        vec = vec & (np.arange(len(loops))[:, None] == last)
+        # the steps of the loops from the innermost out only grow: unrolling stops at the first
+        # loop past the budget
+        steps = _prefix(np.where(present & ~vec, exts, 1)[::-1], np.multiply)[::-1]
+        unroll = self.knobs["unroll"]
+        unrolled = present & ~vec & (steps <= unroll) & (unroll > 0)
+        kinds = np.where(vec, KIND["vectorized"], np.where(unrolled, KIND["unrolled"],
+                                                           KIND["serial"]))
+        return [(self.var(lp), e, k) for lp, e, k in zip(loops, exts, kinds)]
+
+    def build(self) -> Nest:
+        w, n, knobs = self.w, self.n, self.knobs
+        cache_write, inline = knobs["cache_write"], knobs["inline"]
+        out_t = w.output
+        producers = [t for t in te.input_tensors(out_t) if isinstance(t.op, te.ComputeOp)]
+        bufs = {t: buffer(t, n) for t in [*w.inputs, out_t]}
+        bufs.update({t: buffer(t, n, on=~inline) for t in producers})  # materialised copies
+        inner_spatial = [lp for lp in self.block if not lp.axis.reduce]
+
+        out_buf = bufs[out_t]
+        out_idx = [self.axis_index(ax) for ax in out_t.op.axes]
+        acc = Buf("acc", np.stack([self.ext(lp) for lp in inner_spatial] or [np.ones(n, np.int64)],
+                                  axis=1), "local", cache_write)
+        acc_idx = [({self.var(lp): 1}, []) for lp in inner_spatial] or [({}, [])]
+        operand_reads = []
+        for o in operands(w):
+            dims = [merge([self.axis_index(ax, c) for ax, c in a.coefs]) for a in o.index]
+            if o.tensor in producers:  # read inlined from its source, or the materialised copy
+                operand_reads += [access(bufs[inlined_source(o.tensor)], dims, reads=1, on=inline),
+                                  access(bufs[o.tensor], dims, reads=1, on=~inline)]
+            else:
+                operand_reads.append(access(bufs[o.tensor], dims, reads=1))
+
+        init = Stmt([access(acc, acc_idx, writes=1, on=cache_write),
+                     access(out_buf, out_idx, writes=1, on=~cache_write)])
+        update = Stmt([access(acc, acc_idx, reads=1, writes=1, on=cache_write),
+                       access(out_buf, out_idx, reads=1, writes=1, on=~cache_write),
+                       *operand_reads], flops=2)
+        writeback = Stmt([access(out_buf, out_idx, writes=1), access(acc, acc_idx, reads=1)],
+                         on=cache_write)
+        wb_loops = [lp._replace(on=lp.on & cache_write) for lp in inner_spatial]
+        block_body = (nest(self.annotate(inner_spatial), [init])
+                      + nest(self.annotate(self.block), [update])
+                      + nest(self.annotate(wb_loops), [writeback]))
+        body = nest([("fused", self.fused_ext, KIND["parallel"])]
+                    + [(self.var(lp), self.ext(lp), KIND["serial"]) for lp in self.outer],
+                    block_body)
+        stages = [loop for t in producers for loop in self.copy_stage(t, bufs, ~inline)]
+        return Nest(n, [bufs[t] for t in (*w.inputs, out_t)], [bufs[t] for t in producers],
+                    [acc], stages + body)
+
+    def copy_stage(self, t: te.Tensor, bufs: dict, on: np.ndarray) -> list:
+        """``lower/cpu._lower_elementwise`` for a materialised padding stage (where ``on``)."""
+        n = self.n
+        axes = [ax for ax in t.op.axes if ax.extent > 1]
+        kinds = [np.full(n, KIND["serial"]) for _ in axes]
+        if axes:
+            vec = self.knobs["vectorize"] & (axes[-1].extent <= MAX_VECTOR_LANES)
+            kinds[-1] = np.where(vec, KIND["vectorized"], kinds[-1])
+            if len(axes) > 1:
+                kinds[0] = np.where(self.knobs["parallel"] > 0, KIND["parallel"], kinds[0])
+        idx = [({f"{t.name}.{ax.name}": 1}, []) if ax.extent > 1 else ({}, [])
+               for ax in t.op.axes]
+        copy = Stmt([access(bufs[t], idx, writes=1), access(bufs[inlined_source(t)], idx, reads=1)],
+                    on=on)
+        return nest([(f"{t.name}.{ax.name}", np.where(on, ax.extent, 1), k)
+                     for ax, k in zip(axes, kinds)], [copy])
+

@@ -1,0 +1,119 @@
+"""The fast featurizing path (template loop structure evaluated with NumPy, no lowering) gives the
+rows of the lowering path bit for bit, and ``featurize`` dispatches to it only where it applies."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tensorgym.features as features
+from tensorgym.features import MAX_LOOPS, _from_summary, featurize
+from tensorgym.features.context import summarize
+from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
+from tensorgym.features.nest import Unsupported
+from tensorgym.lower import lower
+from tensorgym.templates import space_for
+from tensorgym.workloads import conv2d, get_workload, matmul
+
+from .conftest import SMALL_WORKLOADS
+
+MODES = ("relation", "context")
+
+
+def _assert_fast_equals_lowering(workload, configs) -> None:
+    summaries = [summarize(lower(workload, c)) for c in configs]
+    for mode in MODES:
+        assert supports(workload, configs[0].template, mode)
+        expected = np.stack([_from_summary(s, mode) for s in summaries])
+        got = fast_rows(workload, configs, mode, MAX_LOOPS)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, expected, err_msg=f"{workload.label} {mode}")
+
+
+@pytest.mark.parametrize("name, target", [("conv2d-C6", "cpu"), ("matmul-1024", "cpu"),
+                                          ("conv2d-C6", "cuda"), ("matmul-1024", "cuda")])
+def test_fast_rows_equal_lowering_rows_on_500_random_configs(name, target):
+    w = get_workload(name)
+    configs = space_for(w, target).sample(np.random.default_rng(12), 500)
+    _assert_fast_equals_lowering(w, configs)
+
+
+@pytest.mark.parametrize("target", ["cpu", "opencl"])
+@pytest.mark.parametrize("w", SMALL_WORKLOADS, ids=lambda w: w.key)
+def test_fast_rows_equal_lowering_rows_on_small_shapes(w, target):
+    """Padding, stride 2, odd extents, 1x1 kernels, vector loads."""
+    configs = space_for(w, target).sample(np.random.default_rng(3), 150)
+    _assert_fast_equals_lowering(w, configs)
+
+
+def test_nests_deeper_than_max_loops_are_truncated_alike():
+    w = conv2d(4, 8, 8, 8, 8, 3, 1, 1)
+    space = space_for(w, "cpu")
+    base = dict(tile_n=(1, 2, 2), tile_oc=(2, 2, 2), tile_oh=(2, 2, 2), tile_ow=(2, 2, 2),
+                tile_rc=(2, 4), tile_ry=(3, 1), tile_rx=(3, 1), reorder=("R0", "S1", "R1", "S2"),
+                vectorize="inner", unroll_max_step=0, parallel=0, cache_write=1, inline_pad=0)
+    configs = [space.from_values(dict(base, parallel=p, unroll_max_step=u))
+               for p in (0, 1, 2) for u in (0, 16, 512)]
+    assert summarize(lower(w, configs[0])).context.shape[0] > MAX_LOOPS
+    _assert_fast_equals_lowering(w, configs)
+
+
+def test_featurize_takes_the_fast_path_without_lowering(monkeypatch):
+    w = get_workload("conv2d-C6")
+    configs = (space_for(w, "cpu").sample(np.random.default_rng(4), MIN_BATCH["cpu"])
+               + space_for(w, "opencl").sample(np.random.default_rng(5), MIN_BATCH["gpu"]))
+    configs += configs[:3]  # repeats in one batch
+    for mode in MODES:
+        features.clear_cache()
+        reference = featurize(w, configs, mode, fast=False)
+        features.clear_cache()
+
+        def no_lowering(*args):
+            raise AssertionError("the fast path lowered a config")
+
+        with monkeypatch.context() as m:
+            m.setattr(features, "rows_by_lowering", no_lowering)
+            np.testing.assert_array_equal(featurize(w, configs, mode), reference)
+    features.clear_cache()
+
+
+def test_cached_rows_do_not_share_memory_with_the_returned_batch():
+    w = get_workload("conv2d-C6")
+    configs = space_for(w, "cpu").sample(np.random.default_rng(8), 2 * MIN_BATCH["cpu"])
+    features.clear_cache()
+    first = featurize(w, configs)
+    expected = first.copy()
+    first[:] = -1.0  # a caller normalising its matrix in place
+    np.testing.assert_array_equal(featurize(w, configs), expected)  # served from the cache
+    features.clear_cache()
+
+
+def test_what_the_fast_path_does_not_cover():
+    assert not supports(conv2d(2, 8, 10, 10, 16, 3, 1, 1), "gpu", "relation")  # 4 bound axes
+    assert not supports(matmul(16, 8, 1), "cpu", "relation")  # no reduction loop
+    assert not supports(matmul(1, 1, 16), "gpu", "relation")  # no output axis to tile
+    c6 = get_workload("conv2d-C6")
+    assert not supports(c6, "cpu", "config") and not supports(c6, "cpu", "ast")
+    assert supports(conv2d(2, 8, 10, 10, 16, 3, 1, 1), "cpu", "context")
+
+
+def test_knob_values_outside_the_nest_model_are_lowered():
+    """A loop order the CPU nest does not model (one tile group left out): ``fast_rows`` refuses
+    it and ``featurize`` answers with the lowering path's rows."""
+    w = get_workload("matmul:64,32,16")
+    configs = [dataclasses.replace(c, values={**c.values, "reorder": ("S1", "R0", "S2")})
+               for c in space_for(w, "cpu").sample(np.random.default_rng(6), MIN_BATCH["cpu"])]
+    with pytest.raises(Unsupported):
+        fast_rows(w, configs, "relation", MAX_LOOPS)
+    features.clear_cache()
+    rows = featurize(w, configs, "relation")
+    features.clear_cache()
+    np.testing.assert_array_equal(rows, featurize(w, configs, "relation", fast=False))
+
+
+def test_a_config_of_another_workloads_space_is_refused():
+    c6, c9 = get_workload("conv2d-C6"), get_workload("conv2d-C9")
+    stranger = space_for(c9, "cpu").sample(np.random.default_rng(0), 30)
+    with pytest.raises(ValueError, match="does not fit"):
+        featurize(c6, stranger)
