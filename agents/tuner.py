@@ -8,21 +8,21 @@ work on every TensorSched-* env and target.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from tensorgym.errors import TensorGymError
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.meter import Meter, meter_of
-from tensorgym.space import Config
+from tensorgym.registry import Option
+from tensorgym.search import SearchStrategy
+from tensorgym.space import Config, ConfigSpace
 
 from .annealing import ParallelAnnealer
 from .cost_model import BootstrapEnsemble, CostModel, make_model
 from .selection import select_batch
 from .transfer import TransferModel, load_source_data
-
-Callback = Callable[["ModelTuner", list[MeasureResult]], None]
-
 
 class FeatureCache:
     """``env.unwrapped.featurize`` memoized by config index (annealing revisits configs).
@@ -61,15 +61,17 @@ class FeatureCache:
         return np.stack(items) if self.matrix else items
 
 
-class ModelTuner:
-    """Model-based tuner. Options (paper names in brackets):
+class ModelTuner(SearchStrategy):
+    """Model-based tuner, a search strategy (``tensorgym.search``). Options (paper names in
+    brackets; declared for the registry in ``OPTIONS``):
 
     - ``model``: a registered name (``"xgb"`` rank loss, ``"xgb-reg"``), a model instance (used
       as an unfitted template and copied) or a zero-argument factory; ``model_options`` go to
       the named model's constructor (e.g. ``loss="reg"``).
     - ``batch_size`` [b] (default: an eighth of the budget, 8 to 64, so that short sessions
-      still update the model several times; TVM used 64), ``plan_ratio`` [lambda: select from the top lambda*b candidates],
-      ``alpha`` (diversity weight of Equation 3), ``epsilon`` (random share of each batch).
+      still update the model several times; TVM used 64), ``plan_ratio`` [lambda: select
+      from the top lambda*b candidates], ``alpha`` (diversity weight of Equation 3),
+      ``epsilon`` (random share of each batch).
     - ``n_chains``, ``sa_steps``, ``sa_early_stop``: the parallel simulated annealing.
     - ``uncertainty``: None, or ``"ei"`` / ``"ucb"`` / ``"mean"`` over a bootstrap ensemble of
       ``n_bootstrap`` models.
@@ -106,7 +108,8 @@ class ModelTuner:
         self.max_source_samples = max_source_samples
         self.device = device
         self.new_model()  # fail fast on a bad model spec
-        # state of the last tune() call, for callbacks and inspection
+        # state of the current search (since reset), for callbacks and inspection: the model,
+        # every result told (prior ones first) and the transfer source data
         self.model = None
         self.history: list[MeasureResult] = []
         self.source_data = None
@@ -142,68 +145,60 @@ class ModelTuner:
             return self.batch_size
         return int(min(64, max(8, n_trials // 8)))
 
-    def tune(self, env, n_trials: int, seed: int = 0, callbacks: Iterable[Callback] = (),
-             prior: Sequence[MeasureResult] = ()) -> list[MeasureResult]:
-        """Measure up to ``n_trials`` new configs. ``prior``: results of this task measured
-        before (e.g. ``Records.results``): they train the model and are never measured again,
-        like the env's own history. Time goes to ``env.unwrapped.meter``: ``model`` (building,
-        fitting and predicting), ``search`` (annealing, selection, sampling); featurizing is
-        metered by the env."""
-        if n_trials < 0:
-            raise ValueError("n_trials must be >= 0")
-        u = env.unwrapped
-        space = u.space
-        rng = np.random.default_rng(seed)
-        budget = getattr(u, "budget", None)
-        if budget is not None:
-            n_trials = min(n_trials, max(0, budget - getattr(u, "trials", 0)))
-        meter = meter_of(env)
-        with meter.time("model"):
-            self.model = model = self.build_model(u, seed)
-        features = FeatureCache(u.featurize, model.feature_mode)
-        annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps, self.sa_early_stop,
-                                    seed=rng.spawn(1)[0])
-        # measurements the env already holds train the model and are never re-measured
-        known = [r for r in [*prior, *(getattr(u, "history", None) or [])]
-                 if r.config.space_name == space.name]
-        measured = {r.config.index for r in known}
-        data_configs = [r.config for r in known]
-        data_gflops = [r.gflops for r in known]
-        model_ready = isinstance(model, TransferModel)
-        if max(data_gflops, default=0.0) > 0:
-            self._fit(model, features, data_configs, data_gflops, meter)
-            model_ready = True
+    # ---------------------------------------------------------------- the search protocol
+    # batch_size None: the loop asks for the whole budget left and ask() picks the batch
 
-        def score(configs: Sequence[Config]) -> np.ndarray:
-            X = features(configs)
-            with meter.time("model"):
-                return model.predict(X)
+    def prepare(self, env, n_trials: int) -> None:
+        """The env gives the features, the target and workload (transfer learning) and the
+        meter; ``n_trials`` sizes the batches when ``batch_size`` is None."""
+        self._env, self._meter, self._budget = env.unwrapped, meter_of(env), n_trials
 
+    def reset(self, space: ConfigSpace, seed: int) -> None:
+        """A fresh model (built and, with transfer learning, fitted on the source records) and
+        annealer. Time goes to the env's meter: ``model`` (building, fitting and predicting);
+        featurizing is metered by the env, the rest by the loop as ``search``."""
+        u = getattr(self, "_env", None)
+        if u is None:
+            raise TensorGymError("ModelTuner needs an env: call prepare(env, n_trials) before "
+                                 "reset, or use tensorgym.search.tune")
+        self._rng = rng = np.random.default_rng(seed)
+        with self._meter.time("model"):
+            self.model = self.build_model(u, seed)
+        self._space = space
+        self._features = FeatureCache(u.featurize, self.model.feature_mode)
+        self._annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps,
+                                          self.sa_early_stop, seed=rng.spawn(1)[0])
+        self._measured: set[int] = set()
+        self._data: tuple[list[Config], list[float]] = ([], [])
+        self._model_ready = isinstance(self.model, TransferModel)
         self.history = []
-        while len(self.history) < n_trials and len(measured) < space.size:
-            b = min(self._batch(n_trials), n_trials - len(self.history))
-            with meter.time("search"):  # less the featurize and model time of score()
-                if model_ready:
-                    k = max(b, int(round(self.plan_ratio * b)))
-                    candidates = annealer.find_maximums(score, k, exclude=measured)
-                    batch = select_batch(candidates, space, b, self.alpha, self.epsilon, rng,
-                                         measured)
-                else:  # nothing to learn from yet: Algorithm 1 starts from random samples
-                    batch = space.sample_unique(rng, b, exclude=measured)
-            if not batch:
-                break
-            results = list(u.measure(batch))
-            self.history += results
-            for r in results:
-                measured.add(r.config.index)
-                data_configs.append(r.config)
-                data_gflops.append(r.gflops)
-            if max(data_gflops, default=0.0) > 0:
-                self._fit(model, features, data_configs, data_gflops, meter)
-                model_ready = True
-            for cb in callbacks:
-                cb(self, results)
-        return self.history
+
+    def ask(self, n: int) -> list[Config]:
+        b = min(self._batch(self._budget), n)
+        if not self._model_ready:  # nothing to learn from yet: Algorithm 1 starts at random
+            return self._space.sample_unique(self._rng, b, exclude=self._measured)
+        k = max(b, int(round(self.plan_ratio * b)))
+        candidates = self._annealer.find_maximums(self._score, k, exclude=self._measured)
+        return select_batch(candidates, self._space, b, self.alpha, self.epsilon, self._rng,
+                            self._measured)
+
+    def tell(self, results: Sequence[MeasureResult]) -> None:
+        """Results (prior ones, then each measured batch) train the model and are never
+        proposed again; ``history`` keeps them all since ``reset``."""
+        configs, gflops = self._data
+        for r in results:
+            self._measured.add(r.config.index)
+            configs.append(r.config)
+            gflops.append(r.gflops)
+        self.history += results
+        if max(gflops, default=0.0) > 0:
+            self._fit(self.model, self._features, configs, gflops, self._meter)
+            self._model_ready = True
+
+    def _score(self, configs: Sequence[Config]) -> np.ndarray:
+        X = self._features(configs)
+        with self._meter.time("model"):
+            return self.model.predict(X)
 
     @staticmethod
     def _fit(model: CostModel, features: FeatureCache, configs: list[Config],
@@ -219,3 +214,23 @@ class ModelTuner:
 
 
 XGBTuner = ModelTuner
+
+#: ModelTuner's options as the registry declares them (``tensorgym list agents --options``)
+OPTIONS = (
+    Option("model", object, "xgb", "a registered cost model name, a model or a factory"),
+    Option("model_options", dict, None, "keyword arguments of the named model"),
+    Option("batch_size", int, None, "configs per batch [b] (None: budget/8, 8 to 64)"),
+    Option("plan_ratio", float, 2.0, "select each batch from the top plan_ratio*b [lambda]"),
+    Option("alpha", float, 0.1, "diversity weight of Equation 3"),
+    Option("epsilon", float, 0.05, "random share of each batch"),
+    Option("n_chains", int, 128, "simulated annealing chains"),
+    Option("sa_steps", int, 100, "annealing steps per batch"),
+    Option("sa_early_stop", int, 30, "stop annealing after this many steps without change"),
+    Option("uncertainty", str, None, "acquisition over a bootstrap ensemble",
+           ("ei", "ucb", "mean")),
+    Option("n_bootstrap", int, 5, "models in the bootstrap ensemble"),
+    Option("records", object, None, "Records (or a path) of the transfer sources"),
+    Option("source_workloads", (list, tuple), (), "workloads to transfer from"),
+    Option("max_source_samples", int, None, "cap on the source rows"),
+    Option("device", str, None, "device of the source records (None: any)"),
+)

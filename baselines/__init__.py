@@ -1,95 +1,70 @@
 """Baselines for tensorgym: random, grid and genetic search, RL agents (stable-baselines3), and a
-leaderboard harness. ``get_agent(name, **opts)`` builds any agent by name, including the
-reference agents of ``tensorgym.agents`` (``xgb``, ``treegru``) when that package provides them.
+leaderboard harness. Importing it registers its agents in ``tensorgym.registry`` (with the
+reference agents of ``tensorgym.agents``: the registry loads both on its first lookup);
+``tensorgym.registry.make(name, **options)`` builds any of them.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any, Callable
 
-from tensorgym.errors import TensorGymError
+from tensorgym import registry
+from tensorgym.registry import AGENTS, Option
 
-from .base import Agent, BatchSearchAgent
+from .base import Agent, BatchSearch, BatchSearchAgent
 
 
-def _lazy(path: str) -> Callable[..., Agent]:
+def _lazy(path: str) -> Callable[..., Any]:
+    """A factory that imports its module when first used (the RL agents need torch)."""
     module, _, attr = path.partition(":")
 
-    def build(**opts: Any) -> Agent:
+    def build(**opts: Any) -> Any:
         return getattr(importlib.import_module(module, __name__), attr)(**opts)
 
     return build
 
 
-def _reference_module() -> Any:
-    try:
-        return importlib.import_module("tensorgym.agents")
-    except ImportError as e:
-        raise TensorGymError(f"the reference agents need tensorgym.agents, which failed to "
-                             f"import: {e}") from None
-
-
-def reference_agent_names() -> list[str]:
-    """Names ``tensorgym.agents`` registers (empty if it is missing or has no registry)."""
-    try:
-        registry = getattr(_reference_module(), "AGENTS", None)
-    except TensorGymError:
-        return []
-    return list(registry) if isinstance(registry, dict) else []
-
-
-def _reference(name: str) -> Callable[..., Agent]:
-    """The reference agents live in ``tensorgym.agents``, written separately; accept the factory
-    names it may expose and say clearly what is missing."""
-
-    def build(**opts: Any) -> Agent:
-        agents = _reference_module()
-        for factory in ("make_agent", "get_agent", "create_agent"):
-            fn = getattr(agents, factory, None)
-            if callable(fn):
-                try:
-                    return fn(name, **opts)
-                except (KeyError, ValueError) as e:  # its own "unknown agent" / bad option
-                    raise TensorGymError(f"agent {name!r}: {e}") from None
-        registry = getattr(agents, "AGENTS", None)
-        if isinstance(registry, dict) and name in registry:
-            return registry[name](**opts)
-        raise TensorGymError(f"agent {name!r} is not available: tensorgym.agents has no "
-                             "make_agent(name, **opts) or AGENTS entry for it yet")
-
-    return build
-
-
-AGENTS: dict[str, Callable[..., Agent]] = {
-    "random": _lazy(".random_search:RandomSearch"),
-    "grid": _lazy(".grid:GridSearch"),
-    "ga": _lazy(".ga:GeneticSearch"),
-    "ppo": _lazy(".rl:PPOAgent"),
-    "maskable-ppo": _lazy(".rl:MaskablePPOAgent"),
-    "xgb": _reference("xgb"),
-    "treegru": _reference("treegru"),
-}
+_BATCH = Option("batch_size", int, 8, "configs measured per batch")
+_RL = (
+    Option("policy_path", str, None, "start from this pre-trained policy"),
+    Option("learn", bool, True, "keep learning online (False: only act)"),
+    Option("n_steps", int, None, "env steps per update (None: about four updates a budget)"),
+    Option("batch_size", int, 16, "PPO minibatch size"),
+    Option("n_epochs", int, 4, "PPO epochs per update"),
+    Option("learning_rate", float, 3e-4),
+    Option("gamma", float, 0.9),
+    Option("ent_coef", float, 0.01),
+    Option("net_arch", tuple, (64, 64), "hidden layer sizes"),
+    Option("device", str, "cpu", "torch device"),
+    Option("torch_threads", int, 1, "torch threads while tuning"),
+)
+registry.register("random", _lazy(".random_search:RandomSearch"), (_BATCH,),
+                  "random search without replacement")
+registry.register("grid", _lazy(".grid:GridSearch"), (
+    _BATCH, Option("randomize_start", bool, True, "the seed picks the first config")),
+    "every config once, in a strided order spread over the space")
+registry.register("ga", _lazy(".ga:GeneticSearch"), (
+    _BATCH, Option("pop_size", int, None, "population (None: budget/4, 8 to 64)"),
+    Option("elite_num", int, 3, "best configs kept each generation"),
+    Option("mutation_prob", float, 0.1, "per-knob mutation probability")),
+    "AutoTVM-style genetic algorithm over the knob choices")
+registry.register("ppo", _lazy(".rl:PPOAgent"), _RL,
+                  "stable-baselines3 PPO, a whole config per step (action_mode='config')")
+registry.register("maskable-ppo", _lazy(".rl:MaskablePPOAgent"), (
+    *_RL, Option("max_options", int, 128, "padded options per knob"),
+    Option("max_knobs", int, 16, "padded knobs")),
+    "sb3-contrib MaskablePPO, one knob per step, masked (action_mode='knob')")
 
 
 def available_agents() -> list[str]:
-    """The names above plus every other agent ``tensorgym.agents`` registers (``xgb-rank``...)."""
-    return list(AGENTS) + [n for n in reference_agent_names() if n not in AGENTS]
+    """Kept for one release: ``tensorgym.registry.names()``."""
+    return registry.names()
 
 
-def get_agent(name: str, **opts: Any) -> Agent:
-    """An agent by registry name; options go to its constructor."""
-    factory = AGENTS.get(name)
-    if factory is None and name in reference_agent_names():
-        factory = _reference(name)
-    if factory is None:
-        raise TensorGymError(f"unknown agent {name!r}; choose from "
-                             f"{', '.join(available_agents())}")
-    try:
-        return factory(**opts)
-    except TypeError as e:
-        if "argument" not in str(e):  # not a misspelt or missing option: a real bug
-            raise
-        raise TensorGymError(f"bad options for agent {name!r}: {e}") from None
+def get_agent(name: str, **opts: Any) -> Any:
+    """Kept for one release: ``tensorgym.registry.make(name, **opts)``."""
+    return registry.make(name, **opts)
 
 
-__all__ = ["AGENTS", "Agent", "BatchSearchAgent", "available_agents", "get_agent"]
+__all__ = ["AGENTS", "Agent", "BatchSearch", "BatchSearchAgent", "available_agents",
+           "get_agent"]

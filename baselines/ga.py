@@ -16,10 +16,10 @@ import numpy as np
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.space import Config, ConfigSpace
 
-from .base import BatchSearchAgent
+from .base import BatchSearch
 
 
-class GeneticSearch(BatchSearchAgent):
+class GeneticSearch(BatchSearch):
     name = "ga"
 
     def __init__(self, batch_size: int = 8, pop_size: "int | None" = None, elite_num: int = 3,
@@ -38,11 +38,12 @@ class GeneticSearch(BatchSearchAgent):
         """A quarter of the budget, within [8, 64]: at least four generations when it can."""
         return min(64, max(8, budget // 4))
 
-    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
+    def reset(self, space: ConfigSpace, seed: int) -> None:
+        budget = getattr(self, "budget", None) or space.size  # prepare() sets the tune's
         self._pop = self.pop_size or self.auto_pop_size(budget)
         self._elites = min(self.elite_num, self._pop - 1)
         self._space = space
-        self._rng = rng
+        self._rng = np.random.default_rng(seed)
         self._dims = np.array(space.dims)
         self._visited: set[int] = set()
         self._scores: dict[int, float] = {}  # index -> GFLOP/s of every measured config
@@ -61,10 +62,10 @@ class GeneticSearch(BatchSearchAgent):
         out, self._pending = self._pending[:n], self._pending[n:]
         return out
 
-    def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
-        for c, r in zip(configs, results):
-            self._scores[c.index] = r.gflops
-            self._population.append(c.index)
+    def tell(self, results: Sequence[MeasureResult]) -> None:
+        for r in results:
+            self._scores[r.config.index] = r.gflops
+            self._population.append(r.config.index)
 
     def _fresh(self, n: int) -> list[Config]:
         out = self._space.sample_unique(self._rng, n, exclude=self._visited)

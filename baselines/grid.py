@@ -1,10 +1,11 @@
-"""Grid search: a fixed enumeration of the whole space, spread out from the first trial.
+"""Grid search: the whole grid of knob choices, every config exactly once, in a strided order.
 
-Index ``k`` of the enumeration is ``(offset + k * stride) mod size`` with a stride near
-``size / golden ratio`` and coprime to ``size`` (a Weyl sequence): every config is visited exactly
-once, and any prefix of the order is spread evenly over the index space, so a small budget
-does not spend itself varying only the last knob. The seed only picks ``offset``, so runs with
-the same seed are identical (``randomize_start=False`` always starts at index 0).
+Index ``k`` of the enumeration is ``(offset + k * stride) mod size``: the space in index order
+with a stride coprime to ``size``, so it covers every config once. The stride is the one nearest
+``size / golden ratio`` (a Weyl sequence), so any prefix of the order is spread evenly over the
+index space and a small budget does not spend itself varying only the last knob. The seed only
+picks ``offset``, so runs with the same seed are identical (``randomize_start=False`` always
+starts at index 0).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from tensorgym.space import Config, ConfigSpace
 
-from .base import BatchSearchAgent
+from .base import BatchSearch
 
 _INV_GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -31,17 +32,18 @@ def weyl_stride(size: int) -> int:
     return 1
 
 
-class GridSearch(BatchSearchAgent):
+class GridSearch(BatchSearch):
     name = "grid"
 
     def __init__(self, batch_size: int = 8, randomize_start: bool = True) -> None:
         super().__init__(batch_size)
         self.randomize_start = randomize_start
 
-    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
+    def reset(self, space: ConfigSpace, seed: int) -> None:
         self._space = space
         self._size = space.size
         self._stride = weyl_stride(self._size)
+        rng = np.random.default_rng(seed)
         self._offset = int(rng.integers(self._size)) if self.randomize_start else 0
         self._k = 0
 

@@ -1,5 +1,6 @@
 """The few places the harness touches the core: making an env, re-measuring a config, and
-describing the machine. Kept apart so the leaderboard, validation and CLI share them."""
+describing the machine. Kept apart so the leaderboard, validation and CLI share them (configs
+timed side by side with each other and the vendor library: ``compare``)."""
 from __future__ import annotations
 
 import os
@@ -28,30 +29,16 @@ def runtime_options(target: str, threads: int = 0) -> dict[str, Any]:
 
 def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,
               measurer: Any = None, threads: int = 0) -> tuple[list[float], str]:
-    """Time one config ``repeats`` more times (outside any env: these are not trials), each
-    time as a separate measurement of several samples. Returns (all timed samples in seconds,
-    error message or "")."""
-    import json
+    """One config timed in ``repeats`` rounds by ``compare.remeasure`` (not trials), with the
+    measurer's own options, as in the search whose figure it checks: (every sample in seconds,
+    "" or the error of the round that failed)."""
+    from tensorgym.hardware.measure import MeasureOptions
 
-    from tensorgym.hardware.measure import Measurer
-    from tensorgym.templates import space_for
+    from .compare import remeasure as side_by_side
 
-    space = space_for(workload, target)
-    config = space.from_json(config_json if isinstance(config_json, str)
-                             else json.dumps(config_json))
-    own = measurer is None
-    measurer = measurer or Measurer(target, **runtime_options(target, threads))
-    costs: list[float] = []
-    try:
-        for _ in range(repeats):
-            r = measurer.measure(workload, [config])[0]
-            if not r.ok:
-                return costs, f"{r.error.name}: {r.error_msg}"
-            costs.extend(r.costs)
-    finally:
-        if own:
-            measurer.close()
-    return costs, ""
+    c = side_by_side(workload, target, {"config": config_json}, repeats, measurer, vendor=False,
+                     threads=threads, options=measurer.options if measurer else MeasureOptions())
+    return c.costs("config"), c.errors.get("config", "")
 
 
 def gflops_of(workload: Workload, costs: list[float]) -> float:

@@ -9,19 +9,20 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from tensorgym import registry
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Measurer
+from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
-from . import get_agent
-from .harness import (device_info, device_threads, gflops_of, make_env, remeasure,
-                      runtime_options, software_versions)
-from .results import Best, Entry, ResultsDoc, Run, Trial
+from .compare import remeasure as side_by_side
+from .harness import (device_info, device_threads, make_env, runtime_options,
+                      software_versions)
+from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult
 from .suites import Suite
-from .vendor import measure_vendor
 
 Progress = Callable[[str], None]
 
@@ -30,7 +31,7 @@ Progress = Callable[[str], None]
 class RunOptions:
     trials: "int | None" = None  # default: the suite's
     seeds: "Sequence[int] | None" = None  # default: the suite's
-    remeasure: int = 3  # re-measurements of each run's best config (each several samples)
+    remeasure: int = 3  # rounds re-measuring a task's bests side by side (each several samples)
     vendor: bool = True
     records: Any = None  # passed to the env (path, Records or None)
     agent_options: dict[str, dict] = field(default_factory=dict)
@@ -48,14 +49,14 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
     ``search_time`` the agent's own time (featurize + model + search)."""
     w = get_workload(workload)
     agent_opts = options.agent_options.get(display_name or agent_name, {})
-    agent = get_agent(agent_name, **agent_opts)
+    agent = registry.make(agent_name, **agent_opts)
     env = make_env(w, target, budget=trials, records=options.records, measurer=measurer,
                    **{**options.env_options, **getattr(agent, "env_kwargs", {})})
     meter = env.unwrapped.meter
     start = meter.copy()
     try:
         t0 = time.perf_counter()
-        history = agent.tune(env, trials, seed=seed)
+        history = tune(env, agent, trials, seed=seed)
         wall = time.perf_counter() - t0
     finally:
         env.close()
@@ -71,19 +72,14 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
 
 
 def best_of(entry: Entry, repeats: int, measurer: Any = None) -> "Best | None":
+    """The fastest trial, re-measured in ``repeats`` rounds (0: its search figure)."""
     ok = [(t.gflops, i) for i, t in enumerate(entry.trials) if t.ok]
     if not ok:
         return None
     g, i = max(ok)
-    config = entry.trials[i].config
-    costs: list[float] = []
-    if repeats > 0:
-        costs, err = remeasure(get_workload(entry.workload), entry.target, config, repeats,
-                               measurer)
-        if err:  # a config that passed once and fails now is reported as not reproducible
-            return Best(config, i, g, 0.0, costs)
-    gflops = gflops_of(get_workload(entry.workload), costs) if costs else g
-    return Best(config, i, g, gflops, costs)
+    entry.best = Best(entry.trials[i].config, i, g, g)
+    remeasure_bests([entry], repeats, measurer, vendor=False)
+    return entry.best
 
 
 def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" = None,
@@ -114,21 +110,47 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
 def _run_task(run: Run, workload: str, target: str, agents: Sequence[str], seeds: list[int],
               trials: int, options: RunOptions, measurer: Measurer, say: Progress) -> None:
     w = get_workload(workload)
-    if options.vendor:
-        vendor = measure_vendor(w, target, threads=device_threads(run.device["name"]))
+    entries = []
+    for agent in agents:
+        for seed in seeds:  # the bests are re-measured together below, not one by one
+            entry = run_entry(agent, workload, target, seed, trials,
+                              replace(options, remeasure=0), measurer=measurer)
+            entries.append(entry)
+            best = entry.best.gflops if entry.best else 0.0
+            say(f"{w.label}@{target}: {agent} seed {seed}: best {best:.2f} GFLOP/s in search "
+                f"({len(entry.trials)} trials, {entry.failures} failed, "
+                f"{entry.wall_time:.1f}s)")
+    run.entries += entries
+    vendor = remeasure_bests(entries, options.remeasure, measurer, options.vendor,
+                             device_threads(run.device["name"]) or 0)
+    for e in entries:
+        say(f"{w.label}@{target}: {e.agent} seed {e.seed}: best re-measured "
+            f"{e.best.gflops if e.best else 0.0:.2f} GFLOP/s")
+    if vendor is not None:
         run.vendor.append(vendor)
         say(f"{w.label}@{target}: vendor {vendor.library}: "
             + (f"{vendor.gflops:.2f} GFLOP/s" if not vendor.skipped else
                f"skipped ({vendor.skipped})"))
-    for agent in agents:
-        for seed in seeds:
-            entry = run_entry(agent, workload, target, seed, trials, options,
-                              measurer=measurer)
-            run.entries.append(entry)
-            best = entry.best.gflops if entry.best else 0.0
-            say(f"{w.label}@{target}: {agent} seed {seed}: best {best:.2f} GFLOP/s "
-                f"({len(entry.trials)} trials, {entry.failures} failed, "
-                f"{entry.wall_time:.1f}s)")
+
+
+def remeasure_bests(entries: list[Entry], rounds: int, measurer: Any = None,
+                    vendor: bool = True, threads: int = 0) -> "VendorResult | None":
+    """Re-measure the best configs of one task's ``entries`` side by side, interleaved with
+    the vendor library, in ``rounds`` rounds; sets each ``entry.best`` from them and returns the
+    vendor's result (None without ``vendor``). With ``rounds`` 0 only the vendor is timed."""
+    if not entries:
+        return None
+    e0 = entries[0]
+    bests = {str(i): e.best.config for i, e in enumerate(entries) if e.best and rounds > 0}
+    if not bests and not vendor:
+        return None
+    c = side_by_side(e0.workload, e0.target, bests, rounds or 2, measurer, vendor, threads)
+    for i, e in enumerate(entries):
+        if str(i) in bests:  # a config that passed once and fails now is not reproducible
+            gflops = 0.0 if str(i) in c.errors else c.gflops(str(i))
+            e.best = Best(e.best.config, e.best.trial, e.best.gflops_search, gflops,
+                          c.costs(str(i)))
+    return c.vendor_result() if vendor else None
 
 
 def _now() -> str:

@@ -5,19 +5,19 @@ import numpy as np
 
 from tensorgym.space import Config, ConfigSpace
 
-from .base import BatchSearchAgent
+from .base import BatchSearch
 
 # Spaces up to this size are shuffled once (exact, never repeats, never gives up early);
 # larger ones are sampled with rejection of seen indices.
 _PERMUTE_LIMIT = 1 << 20
 
 
-class RandomSearch(BatchSearchAgent):
+class RandomSearch(BatchSearch):
     name = "random"
 
-    def reset(self, space: ConfigSpace, rng: np.random.Generator, budget: int) -> None:
+    def reset(self, space: ConfigSpace, seed: int) -> None:
         self._space = space
-        self._rng = rng
+        self._rng = rng = np.random.default_rng(seed)
         self._seen: set[int] = set()
         self._order = rng.permutation(space.size) if space.size <= _PERMUTE_LIMIT else None
         self._pos = 0

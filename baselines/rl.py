@@ -2,7 +2,10 @@
 one choice per knob, one trial per step) and MaskablePPO (sb3-contrib) on the ``knob`` action
 mode (one knob per step, invalid options masked through ``env.action_masks()``).
 
-What ``tune()`` does: **short online training on that env within the budget**. The policy
+What tuning does (``tensorgym.search.tune(env, agent, n)``, or ``agent.tune(env, n)``, which
+calls it): **short online training on that env within the budget**. The agents step the env
+themselves (``drive``): the loop gives them the budget, callbacks, early stop and the meter, but
+they have no ``ask`` (``tell`` does nothing) and ignore prior results. The policy
 learns from the real measurements it makes; every measured config is a trial, counted by the env
 itself, and training stops the moment the budget is spent. With ``policy_path`` the agent starts
 from a pre-trained policy instead of a fresh one, and either keeps learning online
@@ -24,105 +27,84 @@ space, so a pre-trained PPO policy only runs on workloads with the same knob siz
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Sequence
 
+import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.result import MeasureResult
-from tensorgym.meter import Meter, meter_of
-
-from .base import Agent, Callback, check_budget
-
-
-class _TrialRecorder:
-    """Wraps the env given to stable-baselines3: records every trial the env measures (in the
-    step that measured it, before any auto-reset clears the env's history), forwards it to the
-    callbacks, and ends the session once the agent's budget is spent."""
-
-    def __new__(cls, env: Any, agent: "SB3Agent", n_trials: int, callbacks: list[Callback],
-                meter: Meter):
-        import gymnasium as gym
-
-        class Recorder(gym.Wrapper):
-            def __init__(self) -> None:
-                super().__init__(env)
-                self.results: list[MeasureResult] = []
-
-            @property
-            def spent(self) -> bool:
-                return len(self.results) >= n_trials
-
-            def step(self, action: Any):
-                base = self.env.unwrapped
-                before = len(base.history)
-                obs, reward, terminated, truncated, info = self.env.step(action)
-                new = list(base.history[before:])
-                if new:
-                    self.results.extend(new)
-                    with meter.time("other"):
-                        for cb in callbacks:
-                            cb(agent, new)
-                if self.spent:
-                    # the learner stops after this step; not ending the episode keeps the env's
-                    # history (a vectorized env would reset it at once)
-                    terminated = truncated = False
-                return obs, reward, terminated, truncated, info
-
-        return Recorder()
+from tensorgym.meter import meter_of
+from tensorgym.search import Report, SearchStrategy
+from tensorgym.space import Config, ConfigSpace
 
 
-def _stop_when_spent(recorder: Any):
-    from stable_baselines3.common.callbacks import BaseCallback
+class TrialRecorder(gym.Wrapper):
+    """Wraps the env given to stable-baselines3: hands every trial the env measures to
+    ``report`` (in the step that measured it, before any auto-reset clears the env's history)
+    and marks the session ``spent`` once ``report`` says so."""
 
-    class StopWhenSpent(BaseCallback):
-        def _on_step(self) -> bool:
-            return not recorder.spent
+    def __init__(self, env: Any, report: Report) -> None:
+        super().__init__(env)
+        self.report = report
+        self.spent = False
 
-    return StopWhenSpent()
+    def step(self, action: Any):
+        base = self.env.unwrapped
+        before = len(base.history)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        new = list(base.history[before:])
+        if new and not self.report(new):
+            self.spent = True
+        if self.spent:
+            # the learner stops after this step; not ending the episode keeps the env's
+            # history (a vectorized env would reset it at once)
+            terminated = truncated = False
+        return obs, reward, terminated, truncated, info
 
 
-def _fixed_knob_spaces(env: Any, max_options: int, max_knobs: int) -> Any:
+class FixedKnobSpaces(gym.Wrapper):
     """Pads the knob-mode env to ``Discrete(max_options)`` actions and a fixed observation
     length, so one MaskablePPO policy fits every workload (the masks hide padded options)."""
-    import gymnasium as gym
-    from gymnasium import spaces
 
-    base = env.unwrapped
-    n_knobs, n_opts = len(base.space.knobs), max(base.space.dims)
-    if n_knobs > max_knobs or n_opts > max_options:
-        raise TensorGymError(f"{base.workload.label} has {n_knobs} knobs and up to {n_opts} "
-                             f"options; the policy allows {max_knobs} and {max_options}")
-    n_feat = env.observation_space.shape[0] - n_knobs
+    def __init__(self, env: Any, max_options: int, max_knobs: int) -> None:
+        super().__init__(env)
+        base = env.unwrapped
+        self.n_knobs, n_opts = len(base.space.knobs), max(base.space.dims)
+        if self.n_knobs > max_knobs or n_opts > max_options:
+            raise TensorGymError(f"{base.workload.label} has {self.n_knobs} knobs and up to "
+                                 f"{n_opts} options; the policy allows {max_knobs} and "
+                                 f"{max_options}")
+        self.max_options, self.max_knobs = max_options, max_knobs
+        n_feat = env.observation_space.shape[0] - self.n_knobs
+        self.action_space = spaces.Discrete(max_options)
+        self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max,
+                                            (n_feat + max_knobs,), np.float32)
 
-    class FixedKnobSpaces(gym.Wrapper):
-        def __init__(self) -> None:
-            super().__init__(env)
-            self.action_space = spaces.Discrete(max_options)
-            self.observation_space = spaces.Box(0.0, np.finfo(np.float32).max,
-                                                (n_feat + max_knobs,), np.float32)
+    def _pad(self, obs: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs, np.zeros(self.max_knobs - self.n_knobs, np.float32)])
 
-        def _pad(self, obs: np.ndarray) -> np.ndarray:
-            return np.concatenate([obs, np.zeros(max_knobs - n_knobs, np.float32)])
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        return self._pad(obs), info
 
-        def reset(self, **kwargs: Any):
-            obs, info = self.env.reset(**kwargs)
-            return self._pad(obs), info
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._pad(obs), reward, terminated, truncated, info
 
-        def step(self, action: Any):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            return self._pad(obs), reward, terminated, truncated, info
-
-        def action_masks(self) -> np.ndarray:
-            mask = np.zeros(max_options, bool)
-            inner = base.action_masks()
-            mask[:len(inner)] = inner
-            return mask
-
-    return FixedKnobSpaces()
+    def action_masks(self) -> np.ndarray:
+        mask = np.zeros(self.max_options, bool)
+        inner = self.env.unwrapped.action_masks()
+        mask[:len(inner)] = inner
+        return mask
 
 
-class SB3Agent(Agent):
+class SB3Agent(SearchStrategy):
+    """An RL agent as a strategy that drives the env itself (``drive``): ``tensorgym.search.tune``
+    gives it the budget, callbacks, early stop and the meter; it has no ``ask`` (its configs
+    come from env.step) and ignores prior results."""
+
     action_mode = ""
 
     def __init__(self, policy_path: "str | None" = None, learn: bool = True,
@@ -167,44 +149,54 @@ class SB3Agent(Agent):
         return algo("MlpPolicy", env, seed=seed, verbose=0, device=self.device,
                     policy_kwargs={"net_arch": self.net_arch}, **hyper)
 
-    def tune(self, env: Any, n_trials: int, seed: int = 0,
-             callbacks: Iterable[Callback] = ()) -> list[MeasureResult]:
+    # ---------------------------------------------------------------- the search protocol
+    def reset(self, space: ConfigSpace, seed: int) -> None:
+        """Nothing to do: ``drive`` builds (or loads) the policy on the env it gets."""
+
+    def ask(self, n: int) -> list[Config]:
+        raise TensorGymError(f"{self.name} chooses its configs through env.step (it drives the "
+                             "env), so it has no ask(); run it with "
+                             "tensorgym.search.tune(env, agent, n_trials)")
+
+    def tell(self, results: Sequence[MeasureResult]) -> None:
+        """Nothing: the policy learns only from the steps it takes itself."""
+
+    def drive(self, env: Any, n_trials: int, seed: int, report: Report) -> None:
+        """Learn online (or only act, ``learn=False``) on ``env`` until ``report`` says the
+        tune is over; every measured config goes to ``report`` in the step that measured it."""
         import torch
 
+        self._check_env(env)
         saved = torch.get_num_threads()
         torch.set_num_threads(self.torch_threads)
         try:
-            return self._tune(env, check_budget(n_trials), seed, callbacks)
+            self._drive(env, n_trials, seed, report)
         finally:
             torch.set_num_threads(saved)
 
-    def _tune(self, env: Any, n_trials: int, seed: int,
-              callbacks: Iterable[Callback]) -> list[MeasureResult]:
-        self._check_env(env)
+    def _drive(self, env: Any, n_trials: int, seed: int, report: Report) -> None:
         meter = meter_of(env)
-        recorder = _TrialRecorder(env, self, n_trials, list(callbacks), meter)
+        recorder = TrialRecorder(env, report)
         wrapped = self._wrap(recorder)
         with meter.time("model"):
             self.model = self.build(wrapped, seed, n_trials)
         # every step measures at most one config; the step limit is only a safety net
         limit = n_trials * (1 + len(env.unwrapped.space.knobs)) * 4 + self.model.n_steps
-        with meter.time("search"):  # less the env's steps and the updates, metered inside
-            if self.learn:
-                train = self.model.train
+        if not self.learn:
+            self._act(wrapped, recorder, seed, limit)
+            return
+        train = self.model.train
 
-                def metered_train() -> None:
-                    with meter.time("model"):
-                        train()
+        def metered_train() -> None:
+            with meter.time("model"):
+                train()
 
-                self.model.train = metered_train  # learn() calls self.train() per rollout
-                try:
-                    self.model.learn(total_timesteps=limit,
-                                     callback=_stop_when_spent(recorder), reset_num_timesteps=True)
-                finally:
-                    del self.model.train  # back to the class's method (and out of save())
-            else:
-                self._act(wrapped, recorder, seed, limit)
-        return recorder.results[:n_trials]
+        self.model.train = metered_train  # learn() calls self.train() per rollout
+        try:
+            self.model.learn(total_timesteps=limit, reset_num_timesteps=True,
+                             callback=lambda _locals, _globals: not recorder.spent)
+        finally:
+            del self.model.train  # back to the class's method (and out of save())
 
     def _wrap(self, env: Any) -> Any:
         return env
@@ -258,7 +250,7 @@ class MaskablePPOAgent(SB3Agent):
         self.max_options, self.max_knobs = max_options, max_knobs
 
     def _wrap(self, env: Any) -> Any:
-        return _fixed_knob_spaces(env, self.max_options, self.max_knobs)
+        return FixedKnobSpaces(env, self.max_options, self.max_knobs)
 
     def _predict(self, env: Any, obs: Any) -> Any:
         action, _ = self.model.predict(obs, deterministic=False, action_masks=env.action_masks())
@@ -270,17 +262,19 @@ def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_
                  **agent_opts: Any) -> list[list[MeasureResult]]:
     """Train one policy on each workload in turn (real envs, real measurements) and save it.
     Returns the training histories."""
-    from . import get_agent
+    from tensorgym import registry
+    from tensorgym.search import tune
+
     from .harness import make_env
 
     histories = []
     policy = None
     for i, w in enumerate(workloads):
-        agent = get_agent(agent_name, policy_path=policy, learn=True, **agent_opts)
+        agent = registry.make(agent_name, policy_path=policy, learn=True, **agent_opts)
         env = make_env(w, target, budget=trials_per_workload,
                        **{**(env_options or {}), **agent.env_kwargs})
         try:
-            histories.append(agent.tune(env, trials_per_workload, seed=seed + i))
+            histories.append(tune(env, agent, trials_per_workload, seed=seed + i))
         finally:
             env.close()
         agent.save(path)

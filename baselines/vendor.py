@@ -1,24 +1,20 @@
-"""The vendor library on the same task and machine, in the same run: PyTorch's conv2d/matmul
-(oneDNN/MKL on CPU with the thread count matched, cuDNN/cuBLAS on CUDA). Targets without one
-(OpenCL) and machines without it are skipped with the reason recorded."""
+"""The vendor library on the same task and machine: PyTorch's conv2d/matmul (oneDNN/MKL on CPU
+with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA). ``VendorTimer`` is the one timer
+that the CLI, the leaderboard and the benchmarks interleave with tensorgym's kernels
+(``compare.remeasure``). Targets without a vendor library (OpenCL) and machines without PyTorch
+get a timer that is ``skipped``, with the reason."""
 from __future__ import annotations
 
 import os
-import statistics
 import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
+from tensorgym.hardware.result import spread
 from tensorgym.workloads import Workload
 
-from .results import VendorResult
 
-
-def _torch_inputs(workload: Workload, device: str):
-    import torch
-
-    return [torch.from_numpy(x).to(device) for x in workload.random_inputs(0)]
-
-
-def _torch_op(workload: Workload):
+def _op(workload: Workload) -> Callable[..., Any]:
     import torch.nn.functional as F
 
     if workload.op == "conv2d":
@@ -29,69 +25,91 @@ def _torch_op(workload: Workload):
     raise ValueError(f"no vendor op for {workload.op}")
 
 
-def measure_vendor(workload: Workload, target: str, repeats: int = 10,
-                   min_seconds: float = 0.05, threads: "int | None" = None) -> VendorResult:
-    """Median over ``repeats`` samples; each sample runs the op enough times to take
-    ``min_seconds``. ``threads`` (CPU) defaults to every core, like the CPU runtime's parallel
-    loops."""
-    key = workload.key
-    try:
-        import torch
-    except ImportError as e:
-        return VendorResult(key, target, "torch", skipped=f"PyTorch is not installed ({e})")
-    if target == "opencl":
-        return VendorResult(key, target, "none", skipped="no vendor library for OpenCL")
-    if target == "cuda" and not torch.cuda.is_available():
-        return VendorResult(key, target, "cuDNN via torch",
-                            skipped="torch has no CUDA device on this machine")
-    if target not in ("cpu", "cuda"):
-        return VendorResult(key, target, "none", skipped=f"unknown target {target!r}")
-    device = "cuda" if target == "cuda" else "cpu"
-    library = (f"torch {torch.__version__} " +
-               ("cuDNN/cuBLAS" if device == "cuda" else "CPU (oneDNN/MKL)"))
-    op = _torch_op(workload)
-    saved_threads = torch.get_num_threads()
-    if device == "cpu":
-        threads = threads or os.cpu_count() or 1
-        library += f", {threads} threads"
-    try:
-        if device == "cpu":
-            torch.set_num_threads(threads)
-        with torch.no_grad():
-            args = _torch_inputs(workload, device)
-            out = op(*args)  # warm-up and correctness check against tensorgym's reference
+class VendorTimer:
+    """Times the vendor op: ``sample(n)`` gives ``n`` samples, seconds per run, each sample
+    running the op ``number`` times so that it lasts at least ``min_seconds``. Every call sets
+    PyTorch's CPU threads (and CUDA's fp32 and cuDNN autotuning flags) and restores them after,
+    runs under ``torch.no_grad()``. Built with a warm-up run checked against the workload's
+    reference. ``skipped`` says why there is nothing to time ("" when there is)."""
+
+    def __init__(self, workload: Workload, target: str, threads: "int | None" = None,
+                 min_seconds: float = 0.01) -> None:
+        self.workload, self.target, self.min_seconds = workload, target, min_seconds
+        self.library, self.skipped, self.number = "torch", "", 1
+        try:
+            import torch
+        except ImportError as e:
+            self.skipped = f"PyTorch is not installed ({e})"
+            return
+        if target not in ("cpu", "cuda"):
+            self.library = "none"
+            self.skipped = ("no vendor library for OpenCL" if target == "opencl"
+                            else f"unknown target {target!r}")
+            return
+        if workload.op not in ("conv2d", "matmul"):
+            self.skipped = f"no vendor op for {workload.op}"
+            return
+        if target == "cuda" and not torch.cuda.is_available():
+            self.library, self.skipped = "cuDNN via torch", "torch has no CUDA device here"
+            return
+        self.device = "cuda" if target == "cuda" else "cpu"
+        self.threads = (threads or os.cpu_count() or 1) if self.device == "cpu" else 0
+        self.library = (f"torch {torch.__version__} " +
+                        ("cuDNN/cuBLAS" if self.device == "cuda" else
+                         f"CPU (oneDNN/MKL), {self.threads} threads"))
+        self._op = _op(workload)
+        with self._settings():
+            self._args = [torch.from_numpy(x).to(self.device) for x in workload.random_inputs(0)]
+            out = self._op(*self._args)  # warm-up (cuDNN picks its algorithm here)
             ref = workload.reference(workload.random_inputs(0))
             err = float(abs(out.float().cpu().numpy() - ref).max())
             if err > 1e-2 * max(1.0, float(abs(ref).max())):
-                return VendorResult(key, target, library, skipped=f"wrong answer (err {err:.3g})")
-            number = _calibrate(op, args, device, min_seconds)
-            costs = [_time(op, args, device, number) for _ in range(repeats)]
-    finally:
-        torch.set_num_threads(saved_threads)
-    gflops = workload.flops / statistics.median(costs) / 1e9
-    return VendorResult(key, target, library, gflops, costs)
+                self.skipped = f"wrong answer (err {err:.3g})"
+                return
+            while self.number < 1 << 20 and self._time(self.number) * self.number < min_seconds:
+                self.number *= 4
 
-
-def _sync(device: str) -> None:
-    if device == "cuda":
+    @contextmanager
+    def _settings(self) -> Iterator[None]:
         import torch
 
-        torch.cuda.synchronize()
+        saved = (torch.get_num_threads(), torch.backends.cudnn.benchmark,
+                 torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        try:
+            if self.device == "cpu":
+                torch.set_num_threads(self.threads)
+            else:  # fp32 arithmetic like tensorgym's kernels; the fastest cuDNN algorithm
+                torch.backends.cudnn.benchmark = True
+                torch.backends.cudnn.allow_tf32 = False
+                torch.backends.cuda.matmul.allow_tf32 = False
+            with torch.no_grad():
+                yield
+        finally:
+            torch.set_num_threads(saved[0])
+            (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_tf32) = saved[1:]
 
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            import torch
 
-def _time(op, args, device: str, number: int) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(number):
-        op(*args)
-    _sync(device)
-    return (time.perf_counter() - t0) / number
+            torch.cuda.synchronize()
 
+    def _time(self, number: int) -> float:
+        self._sync()
+        t0 = time.perf_counter()
+        for _ in range(number):
+            self._op(*self._args)
+        self._sync()
+        return (time.perf_counter() - t0) / number
 
-def _calibrate(op, args, device: str, min_seconds: float) -> int:
-    number = 1
-    while number < 1 << 20:
-        if _time(op, args, device, number) * number >= min_seconds:
-            return number
-        number *= 4
-    return number
+    def sample(self, n: int, max_n: int = 0, target_cv: float = 0.0) -> list[float]:
+        """``n`` timed samples, seconds per run, and more up to ``max_n`` while their
+        coefficient of variation exceeds ``target_cv`` ([] when skipped)."""
+        if self.skipped:
+            return []
+        with self._settings():
+            out = [self._time(self.number) for _ in range(n)]
+            while len(out) < max_n and spread(out) > target_cv:
+                out.append(self._time(self.number))
+        return out

@@ -7,13 +7,9 @@ so only the re-measured medians count).
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from bench_cpu import torch_timer
-
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.baselines import compare
 from tensorgym.records import Records
-from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
 
 
@@ -26,29 +22,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     w = get_workload(args.workload)
-    space = space_for(w, "cpu")
-    cands = {}
+    recorded: dict[str, float] = {}
     for path in args.db:
         for r in Records(path).best(w.key, "cpu", k=args.top):
-            cands.setdefault(r.config_json, r.gflops)
-    best = sorted(cands, key=lambda c: -cands[c])[: args.top]
-    configs = [space.from_json(c) for c in best]
-    m = Measurer("cpu", MeasureOptions(repeat=5, min_repeat_ms=50), num_threads=args.threads)
-    timer = torch_timer(w, args.threads)
-    ours = {c.index: [] for c in configs}
-    torch_s = []
-    for _ in range(args.rounds):
-        for c in configs:
-            ours[c.index].append(m.measure(w, [c])[0].median)
-            torch_s.append(timer())
-    m.close()
-    t_torch = statistics.median(torch_s)
+            recorded.setdefault(r.config_json, r.gflops)
+    best = sorted(recorded, key=lambda c: -recorded[c])[: args.top]
+    c = compare.remeasure(w, "cpu", best, args.rounds, threads=args.threads)
     print(f"{w.label}, {args.threads} threads, {args.rounds} interleaved rounds; "
-          f"PyTorch {w.flops / t_torch / 1e9:.2f} GFLOP/s")
-    for c in configs:
-        t = statistics.median(ours[c.index])
-        print(f"  recorded {cands[c.to_json()]:7.2f}  re-measured {w.flops / t / 1e9:7.2f} GFLOP/s"
-              f"  ratio to PyTorch {t_torch / t:.2f}")
+          f"PyTorch {c.gflops(compare.VENDOR):.2f} GFLOP/s"
+          + (f" (skipped: {c.vendor_skipped})" if c.vendor_skipped else ""))
+    for i, config in enumerate(best):
+        ratio = c.speedup(str(i))
+        print(f"  recorded {recorded[config]:7.2f}  re-measured {c.gflops(str(i)):7.2f} GFLOP/s"
+              f"  ratio to PyTorch {ratio if ratio is not None else float('nan'):.2f}"
+              + (f"  ({c.errors[str(i)]})" if str(i) in c.errors else ""))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ config, and PyTorch (oneDNN), measured side by side in one run on this machine.
 
 Prints GFLOP/s, the ratio of the best found to PyTorch, median seconds per trial (build +
 measure, and wall clock with parallel builds), and the fraction of configs that failed. The best
-program is re-measured interleaved with PyTorch before the ratio is reported (the best of many
-noisy samples is optimistic).
+program and the reference schedule are re-measured interleaved with PyTorch
+(``tensorgym.baselines.compare``) before they are reported (the best of many noisy samples is
+optimistic); random_best and local_best are the searches' own figures.
 """
 from __future__ import annotations
 
@@ -16,42 +17,10 @@ import time
 
 import numpy as np
 
+from tensorgym.baselines import compare
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
-
-
-def torch_timer(workload, threads: int):
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(threads)
-    ins = [torch.from_numpy(x) for x in workload.random_inputs(0)]
-    if workload.op == "conv2d":
-        stride, pad = workload.params[6], workload.params[7]
-
-        def fn():
-            return torch.nn.functional.conv2d(ins[0], ins[1], stride=stride, padding=pad)
-    else:
-        def fn():
-            return torch.matmul(ins[0], ins[1])
-    with torch.no_grad():
-        for _ in range(3):
-            fn()
-
-    def time_once(min_ms: float = 50.0) -> float:
-        with torch.no_grad():
-            n, t = 1, 0.0
-            while True:
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    fn()
-                t = time.perf_counter() - t0
-                if t * 1e3 >= min_ms:
-                    return t / n
-                n *= 2
-    return time_once
 
 
 def search(measurer, workload, space, configs, batch):
@@ -88,29 +57,26 @@ def bench(name: str, args) -> dict:
     opts = MeasureOptions(timeout=20)  # what the env uses, but a longer timeout
     m = Measurer("cpu", opts, num_threads=args.threads)
     rng = np.random.default_rng(args.seed)
-    ref = m.measure(w, [default_config(w, "cpu")])[0]
-    configs = space.sample_unique(rng, args.trials)
-    results, walls = search(m, w, space, configs, args.batch)
-    ok = [r for r in results if r.ok]
-    best_random = max(ok, key=lambda r: r.gflops)
-    seen = {c.index for c in configs}
-    local, best = local_search(m, w, space, best_random, args.local_trials, args.batch, rng, seen)
-
-    # Re-measure the best program and PyTorch interleaved, a few rounds, and compare medians.
-    timer = torch_timer(w, args.threads)
-    ours, theirs = [], []
-    for _ in range(args.rounds):
-        ours.append(m.measure(w, [best.config])[0].median)
-        if timer:
-            theirs.append(timer())
-    m.close()
-    ours_gf = w.flops / statistics.median(ours) / 1e9
-    torch_gf = w.flops / statistics.median(theirs) / 1e9 if theirs else float("nan")
+    try:
+        configs = space.sample_unique(rng, args.trials)
+        results, walls = search(m, w, space, configs, args.batch)
+        ok = [r for r in results if r.ok]
+        best_random = max(ok, key=lambda r: r.gflops)
+        seen = {c.index for c in configs}
+        local, best = local_search(m, w, space, best_random, args.local_trials, args.batch, rng,
+                                   seen)
+        # The best program, the reference schedule and PyTorch re-measured interleaved.
+        c = compare.remeasure(w, "cpu", {"best": best.config,
+                                         "reference": default_config(w, "cpu")},
+                              args.rounds, m, threads=args.threads)
+    finally:
+        m.close()
+    ours_gf, torch_gf = c.gflops("best"), c.gflops(compare.VENDOR) or float("nan")
     per_trial = [r.build_time + r.run_time for r in results]
     return {
-        "workload": name, "reference": ref.gflops, "random_best": best_random.gflops,
+        "workload": name, "reference": c.gflops("reference"), "random_best": best_random.gflops,
         "local_best": best.gflops, "best_remeasured": ours_gf, "pytorch": torch_gf,
-        "ratio_to_pytorch": ours_gf / torch_gf if theirs else float("nan"),
+        "ratio_to_pytorch": c.speedup("best") or float("nan"),
         "median_s_per_trial": statistics.median(per_trial),
         "median_wall_s_per_trial": statistics.median(walls),
         "failed_fraction": 1 - len(ok) / len(results),

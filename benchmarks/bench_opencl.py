@@ -3,9 +3,10 @@ this CPU unless a GPU driver is installed), beside the same random search on the
 
     python benchmarks/bench_opencl.py --trials 30 --workloads conv2d-C6 matmul-1024
 
-Prints, per workload and target: the plain reference schedule's GFLOP/s, the best GFLOP/s found,
-the median seconds per trial (build + measure), and the fraction of trials that failed (invalid
-for the device, compile errors, wrong answers, timeouts), with the failure kinds.
+Prints, per workload and target: the plain reference schedule's GFLOP/s and the best GFLOP/s
+found, both re-measured interleaved after the search (``--rounds``), the median seconds per trial
+(build + measure), and the fraction of trials that failed (invalid for the device, compile
+errors, wrong answers, timeouts), with the failure kinds.
 """
 from __future__ import annotations
 
@@ -16,17 +17,17 @@ from collections import Counter
 
 import numpy as np
 
+from tensorgym.baselines import compare
 from tensorgym.hardware.measure import MeasureOptions, Measurer
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
 
 
 def random_search(target: str, workload, trials: int, seed: int, options: MeasureOptions,
-                  batch: int) -> dict:
+                  batch: int, rounds: int) -> dict:
     measurer = Measurer(target, options)
     try:
         space = space_for(workload, target)
-        reference = measurer.measure(workload, [default_config(workload, target)])[0]
         configs = space.sample_unique(np.random.default_rng(seed), trials)
         results = []
         for i in range(0, len(configs), batch):
@@ -35,13 +36,18 @@ def random_search(target: str, workload, trials: int, seed: int, options: Measur
             print(f"  {workload.label} {target}: {len(results)}/{len(configs)} trials, "
                   f"best {best_so_far:.3f} GFLOP/s", file=sys.stderr, flush=True)
         device = measurer.device
+        ok = [r for r in results if r.ok]
+        best = max(ok, key=lambda r: r.gflops, default=None)
+        # the best and the reference schedule re-measured interleaved: only these are reported
+        again = {"reference": default_config(workload, target)}
+        if best:
+            again["best"] = best.config
+        c = compare.remeasure(workload, target, again, rounds, measurer, vendor=False)
     finally:
         measurer.close()
-    ok = [r for r in results if r.ok]
-    best = max(ok, key=lambda r: r.gflops, default=None)
     return {
         "workload": workload.label, "target": target, "device": device,
-        "reference": reference.gflops, "best": best.gflops if best else 0.0,
+        "reference": c.gflops("reference"), "best": c.gflops("best"),
         "median_s_per_trial": statistics.median(r.build_time + r.run_time for r in results),
         "failed_fraction": 1 - len(ok) / len(results),
         "failures": dict(Counter(r.error.name for r in results if not r.ok)),
@@ -60,6 +66,7 @@ def main() -> None:
     p.add_argument("--build-timeout", type=float, default=120.0,
                    help="seconds per config's build (PoCL compiles big unrolled kernels slowly)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3, help="re-measurement rounds of the best")
     args = p.parse_args()
     options = MeasureOptions(repeat=3, min_repeat_ms=20, timeout=args.timeout,
                              build_timeout=args.build_timeout, n_parallel=args.builders)
@@ -69,7 +76,8 @@ def main() -> None:
     rows = []
     for w in args.workloads:
         for t in args.targets:
-            r = random_search(t, get_workload(w), args.trials, args.seed, options, args.batch)
+            r = random_search(t, get_workload(w), args.trials, args.seed, options, args.batch,
+                              args.rounds)
             rows.append(r)
             print("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])
                                      for c in cols) + " |", flush=True)

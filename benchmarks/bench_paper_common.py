@@ -1,5 +1,6 @@
-"""Shared plumbing of the paper's component studies (bench_paper_fig*.py): real envs, the
-black-box baselines, best-so-far curves, tables and PNG figures like the paper's Figures 4-8.
+"""Shared plumbing of the paper's component studies (bench_paper_fig*.py): runs on real envs,
+a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves,
+re-measurement and plots come from ``tensorgym.baselines.compare``.
 
 Every method measures only through ``env.unwrapped.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
@@ -16,47 +17,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.baselines import compare
+from tensorgym.baselines.harness import make_env
 
-Curve = np.ndarray  # best GFLOP/s so far after trial 1..n
-
-
-def make_env(workload: str, target: str, budget: int, records=None):
-    """A real TensorSched env. ``records``: a path / Records, or None for a throwaway database."""
-    import gymnasium as gym  # noqa: PLC0415
-
-    import tensorgym.envs  # noqa: F401,PLC0415  (registers the envs)
-
-    if records is None:
-        records = os.path.join(tempfile.mkdtemp(prefix="tg-bench-"), "records.db")
-    env_id = f"TensorSched-{workload}-{target}"
-    if env_id in gym.registry:
-        return gym.make(env_id, budget=budget, records=records)
-    # shapes given inline ("conv2d:1,16,14,14,16,3,1,1") have no registered id of their own
-    return gym.make("TensorSched-v0", workload=workload, target=target, budget=budget,
-                    records=records)
-
-
-def best_so_far(results: Sequence[MeasureResult], n: int) -> Curve:
-    g = np.array([r.gflops for r in results[:n]], np.float64)
-    curve = np.maximum.accumulate(g) if len(g) else g
-    if len(curve) < n:  # the space ran out: the best stays where it was
-        curve = np.r_[curve, np.full(n - len(curve), curve[-1] if len(curve) else 0.0)]
-    return curve
-
-
-# ---------------------------------------------------------------------------------------------
-# black-box baselines: the ones of tensorgym.baselines, so the studies and the leaderboard agree
-def make_random(batch_size: int):
-    from tensorgym.baselines import get_agent  # noqa: PLC0415
-
-    return get_agent("random", batch_size=batch_size)
-
-
-def make_ga(batch_size: int):
-    from tensorgym.baselines import get_agent  # noqa: PLC0415
-
-    return get_agent("ga", batch_size=batch_size)
+Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,6 +87,8 @@ def run_method(make_agent: Callable[[], object], workload: str, target: str, tri
     key = f"{agent_key(agent)}|{workload}|{target}|{trials}|{seed}"
     if cacheable and (hit := cache.get(key)) is not None:
         return hit
+    if records is None:  # a throwaway database: runs never serve each other cached results
+        records = os.path.join(tempfile.mkdtemp(prefix="tg-bench-"), "records.db")
     env = make_env(workload, target, budget=trials, records=records)
     t = time.time()
     try:
@@ -131,34 +97,10 @@ def run_method(make_agent: Callable[[], object], workload: str, target: str, tri
         env.close()
     ok = [r for r in history if r.ok]
     best = max(ok, key=lambda r: r.gflops).config.to_json() if ok else None
-    run = Run(best_so_far(history, trials), best, time.time() - t)
+    run = Run(compare.best_so_far(history, trials), best, time.time() - t)
     if cacheable:
         cache.put(key, run)
     return run
-
-
-def remeasure(workload: str, target: str, configs: dict[str, str], rounds: int) -> dict[str, float]:
-    """GFLOP/s of each method's best config, measured again in ``rounds`` interleaved rounds
-    (median), so methods that ran at different times are compared at one time."""
-    from tensorgym.hardware.measure import Measurer, MeasureOptions  # noqa: PLC0415
-    from tensorgym.templates import space_for  # noqa: PLC0415
-    from tensorgym.workloads import get_workload  # noqa: PLC0415
-
-    w = get_workload(workload)
-    space = space_for(w, target)
-    todo = {name: space.from_json(c) for name, c in configs.items() if c}
-    samples: dict[str, list[float]] = {name: [] for name in todo}
-    m = Measurer(target, MeasureOptions())
-    try:
-        for _ in range(rounds):
-            for name, c in todo.items():
-                r = m.measure(w, [c])[0]
-                if r.ok:
-                    samples[name].append(r.median)
-    finally:
-        m.close()
-    return {name: (w.flops / float(np.median(s)) / 1e9 if s else 0.0)
-            for name, s in samples.items()}
 
 
 Curves = dict[str, dict[str, list[Curve]]]
@@ -186,9 +128,10 @@ def run_study(methods: dict[str, Callable[[], object]], workloads: Iterable[str]
                 print(f"  {w:<12} {name:<24} seed {seed}: best {run.curve[-1]:8.2f} GFLOP/s "
                       f"({run.secs:6.1f} s)", file=sys.stderr, flush=True)
             if remeasure_rounds > 0:
-                got = remeasure(w, target, bests, remeasure_rounds)
+                c = compare.remeasure(w, target, {k: b for k, b in bests.items() if b},
+                                      remeasure_rounds, vendor=False)
                 for name in names:
-                    again[w][name].append(got.get(name, 0.0))
+                    again[w][name].append(c.gflops(name))
     return curves, again
 
 
@@ -216,31 +159,8 @@ def print_table(curves: Curves, title: str,
               "other methods' bests, median of the rounds, mean over seeds")
 
 
-def plot_curves(curves: dict[str, dict[str, list[Curve]]], path: str, title: str) -> None:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    n = len(curves)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    for ax, (w, per_method) in zip(axes[0], curves.items()):
-        for name, runs in per_method.items():
-            arr = np.stack(runs)
-            x = np.arange(1, arr.shape[1] + 1)
-            ax.plot(x, arr.mean(axis=0), label=name)
-            if len(runs) > 1:
-                ax.fill_between(x, arr.min(axis=0), arr.max(axis=0), alpha=0.15)
-        ax.set_title(w)
-        ax.set_xlabel("Number of trials")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("GFLOP/s (best so far)")
-    axes[0][-1].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def plot_curves(curves: Curves, path: str, title: str) -> None:
+    compare.plot_curves(curves, path, title, center="mean")  # the tables show means too
     print(f"wrote {path}")
 
 

@@ -1,13 +1,13 @@
 """``tensorgym`` command line: list | tune | leaderboard run/show | validate.
 
-Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. This is
-the only module of ``tensorgym`` that imports ``tensorgym.baselines`` / ``tensorgym.agents``, and
-only inside the commands that need an agent or the leaderboard.
+Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
+the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
+is the only module of ``tensorgym`` that imports ``tensorgym.baselines`` / ``tensorgym.agents``,
+and only inside the commands that need an agent or the leaderboard.
 """
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="workloads, targets, envs, suites and agents")
     ls.add_argument("what", nargs="?", default="all",
                     choices=["all", "workloads", "targets", "envs", "suites", "agents"])
+    ls.add_argument("--options", action="store_true", help="list each agent's options")
 
     t = sub.add_parser("tune", help="tune one workload on one target")
     t.add_argument("workload", help="a registered name (conv2d-C6) or a shape "
@@ -193,9 +194,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {s.name:<16} {len(s.tasks):>2} tasks, {s.trials} trials, seeds "
                   f"{','.join(map(str, s.seeds))}: {s.description}")
     if what in ("all", "agents"):
-        from tensorgym.baselines import available_agents
+        from . import registry
 
-        print("agents:", ", ".join(available_agents()))
+        print("agents:" + ("" if args.options else " (--options lists their options)"))
+        for spec in registry.specs():
+            print(f"  {spec.name:<16} {spec.help}")
+            for o in spec.options if args.options else ():
+                print(f"      {o.describe()}")
     return 0
 
 
@@ -205,10 +210,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     workload = get_workload(args.workload)
     args.target = canonical_target(args.target)
-    from tensorgym.baselines import get_agent
     from tensorgym.baselines.harness import make_env, runtime_options
 
-    agent = get_agent(args.agent, **_options(args.opt))
+    from . import registry
+    from .search import ProgressBar, tune
+
+    agent = registry.make(args.agent, **_options(args.opt))
     runtime_opts = runtime_options(args.target, args.threads)
     env = make_env(workload, args.target, budget=args.trials, records=args.db,
                    **{"use_cache": not args.fresh, **runtime_opts,
@@ -223,29 +230,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n_new = max(0, args.trials - len(prior)) if args.resume else args.trials
         if prior and not args.json:
             print(_reuse_line(agent, prior, n_new, args, u.records.path), flush=True)
-        prior_best = max((r.gflops for r in prior if r.ok), default=0.0)
         if n_new and not (args.no_progress or args.json):
-            from tqdm import tqdm
-
-            # rate_noinv: always trials/s (tqdm's own rate flips to s/trial below 1/s);
-            # smoothing=0: the average since the start, as batches arrive in bursts
-            bar = tqdm(total=n_new, desc=f"{args.agent} {workload.label}", unit=" trials",
-                       smoothing=0, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
-                       "[{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]")
-
-        def on_batch(_agent: Any, batch: list) -> None:
-            if bar is not None:
-                best = max(prior_best, u.best.gflops if u.best else 0.0)
-                bar.set_postfix(best=f"{best:.2f} GFLOP/s", refresh=False)
-                bar.update(len(batch))
-
+            bar = ProgressBar(n_new, f"{args.agent} {workload.label}",
+                              max((r.gflops for r in prior if r.ok), default=0.0))
         start = u.meter.copy()
         t0 = time.perf_counter()
         history = []
         if n_new:
-            accepts = "prior" in inspect.signature(agent.tune).parameters
-            history = agent.tune(env, n_new, seed=args.seed, callbacks=[on_batch],
-                                 **({"prior": prior} if prior and accepts else {}))
+            history = tune(env, agent, n_new, seed=args.seed, prior=prior,
+                           callbacks=[bar] if bar is not None else [])
         wall = time.perf_counter() - t0
         spent = u.meter.since(start)
         if bar is not None:
@@ -303,7 +296,9 @@ def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,
         line += f" (--resume: {n_new} of {args.trials} trials left)"
     else:
         line += f" (not counted in --trials {args.trials}; --resume counts them)"
-    if "prior" not in inspect.signature(agent.tune).parameters:
+    from .search import takes_prior
+
+    if not takes_prior(agent):
         line += f"; agent {args.agent} does not learn from them, configs it proposes again " \
                 "are served from the database"
     return line
@@ -312,29 +307,24 @@ def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,
 def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
     """Re-measure the best program, the reference schedule and the vendor library side by side
     (these runs are not trials) and report the speedups, medians over interleaved rounds."""
-    import statistics
+    from tensorgym.baselines.compare import remeasure
 
-    from tensorgym.baselines.vendor import measure_vendor
-
-    ours, ref, vendor = [], [], []
-    vendor_lib, skipped = "", ""
-    for _ in range(3):
-        ours += list(env.measurer.measure(env.workload, [best.config])[0].costs)
-        ref += list(env.measurer.measure(env.workload, [env.reference_config])[0].costs)
-        v = measure_vendor(env.workload, env.target, repeats=3, threads=args.threads or None)
-        vendor += v.runtimes
-        vendor_lib, skipped = v.library, v.skipped
-    t_best = statistics.median(ours) if ours else best.median
-    lines = [f"re-measured best: {env.workload.flops / t_best / 1e9:.2f} GFLOP/s"]
-    if ref:
-        lines.append(f"speedup over the starting (reference) schedule: "
-                     f"{statistics.median(ref) / t_best:.2f}x")
-    if vendor:
-        t_v = statistics.median(vendor)
-        lines.append(f"speedup over {vendor_lib}: {t_v / t_best:.2f}x "
-                     f"({env.workload.flops / t_v / 1e9:.2f} GFLOP/s)")
-    elif skipped:
-        lines.append(f"vendor library not measured: {skipped}")
+    configs = {"best": best.config, "reference": env.reference_config}
+    c = remeasure(env.workload, env.target, configs, rounds=3, measurer=env.measurer,
+                  threads=args.threads)
+    if "best" in c.errors:
+        return {"lines": [f"re-measuring the best failed: {c.errors['best']}"]}
+    lines = [f"re-measured best: {c.gflops('best'):.2f} GFLOP/s (spread {c.spread('best'):.0%})"]
+    if (ref := c.speedup("best", over="reference")) is not None:
+        lines.append(f"speedup over the starting (reference) schedule: {ref:.2f}x")
+    if (vendor := c.speedup("best")) is not None:
+        lines.append(f"speedup over {c.vendor_library}: {vendor:.2f}x "
+                     f"({c.gflops('vendor'):.2f} GFLOP/s, spread {c.spread('vendor'):.0%})")
+    elif c.vendor_skipped:
+        lines.append(f"vendor library not measured: {c.vendor_skipped}")
+    if moved := [d for ds in c.drift.values() for d in ds]:
+        lines.append(f"warning: this machine's speed moved while re-measuring (x{min(moved):.2g}"
+                     f"..x{max(moved):.2g}); these ratios are unreliable")
     return {"lines": lines}
 
 

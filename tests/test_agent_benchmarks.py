@@ -5,8 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorgym.agents.synthetic import SyntheticEnv
+from tensorgym.baselines import get_agent
 from tensorgym.space import ConfigSpace, other_knob
+
+from .synthetic import SyntheticEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_paper_common as common  # noqa: E402
@@ -18,9 +20,9 @@ def objective(c):
     return 1.0 + float(sum(c.choices))
 
 
-@pytest.mark.parametrize("make", [common.make_random, common.make_ga])
-def test_black_box_baselines_respect_the_budget_without_repeats(make):
-    method = make(8)
+@pytest.mark.parametrize("name", ["random", "ga"])
+def test_black_box_baselines_respect_the_budget_without_repeats(name):
+    method = get_agent(name, batch_size=8)
     env = SyntheticEnv(SPACE, objective)
     history = method.tune(env, 30, seed=0)
     assert len(history) == env.trials == 30
@@ -28,15 +30,22 @@ def test_black_box_baselines_respect_the_budget_without_repeats(make):
 
 
 def test_ga_improves_on_its_first_generation():
-    history = common.make_ga(16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
+    history = get_agent("ga", batch_size=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
     first = max(r.gflops for r in history[:16])
     assert max(r.gflops for r in history) > first
 
 
-def test_best_so_far_pads_a_short_run():
-    env = SyntheticEnv(SPACE, objective)
-    history = env.measure([SPACE.get(0), SPACE.get(SPACE.size - 1), SPACE.get(1)])
-    assert common.best_so_far(history, 5).tolist() == [1.0, 26.0, 26.0, 26.0, 26.0]
+def test_a_run_keeps_its_best_so_far_curve_padded_to_the_budget(monkeypatch):
+    monkeypatch.setattr(common, "make_env",
+                        lambda workload, target, budget, records=None: _closable(budget))
+
+    class Three:  # measures three configs of a 5-trial budget (its space ran out)
+        def tune(self, env, n, seed=0):
+            return env.measure([SPACE.get(0), SPACE.get(SPACE.size - 1), SPACE.get(1)])
+
+    run = common.run_method(Three, "toy", "cpu", 5, 0)
+    assert run.curve.tolist() == [1.0, 26.0, 26.0, 26.0, 26.0]
+    assert run.best == SPACE.get(SPACE.size - 1).to_json()
 
 
 def test_a_study_script_writes_its_table_and_figure(tmp_path, monkeypatch, capsys):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tensorgym.agents import TransferModel, load_source_data, make_agent
-from tensorgym.agents.synthetic import SyntheticEnv
+from .synthetic import SyntheticEnv
 from tensorgym.features import featurize
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.records import Records

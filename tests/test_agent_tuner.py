@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tensorgym.agents import FeatureCache, ModelTuner, TransferModel, XGBoostCostModel, make_agent
-from tensorgym.agents.synthetic import SyntheticEnv, one_hot
+from .synthetic import SyntheticEnv, one_hot
 from tensorgym.agents.transfer import SourceData
 from tensorgym.space import ConfigSpace, other_knob
 

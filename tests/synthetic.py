@@ -1,5 +1,6 @@
-"""A synthetic tuning problem with the env interface the agents use (``unwrapped.space``,
-``featurize``, ``measure``, ``history``, ``trials``, ``budget``) and a known objective.
+"""A test fixture: a synthetic tuning problem with the env interface the agents use
+(``unwrapped.space``, ``featurize``, ``measure``, ``history``, ``trials``, ``budget``) and a
+known objective.
 
 For unit tests and quick experiments with search parts only: no program is compiled, so every
 feature mode is the one-hot encoding of the config's choices.

@@ -1,0 +1,142 @@
+"""What a trial costs, before and after: the same tunes run by an earlier commit (checked out in
+a temporary worktree) and by this tree, side by side in one run, then every run's best re-measured
+interleaved with PyTorch.
+
+    python benchmarks/bench_trial_cost.py --base 0cb37bc --seeds 0 1 2
+    python benchmarks/bench_trial_cost.py --quick        # 32 trials of a small layer, 1 seed
+
+For each (workload, seed) the two versions run one after the other, in an order that alternates
+with the seed (this machine drifts), each with a new records database and a cold compile cache.
+Printed per version: wall seconds per trial, the best it reported, that best re-measured
+(median of ``--rounds`` interleaved rounds), the ratio reported / re-measured, and the ratio of
+the re-measured best to PyTorch measured in the same rounds. Also featurizing configs/s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tensorgym.baselines import compare
+
+REPO = Path(__file__).resolve().parent.parent
+TUNE = "import sys; from tensorgym.cli import main; sys.exit(main(sys.argv[1:]))"
+FEATURIZE = """
+import sys, time, numpy as np
+from tensorgym.features import featurize
+from tensorgym.templates import space_for
+from tensorgym.workloads import get_workload
+w = get_workload(sys.argv[1])
+configs = space_for(w, "cpu").sample(np.random.default_rng(0), int(sys.argv[2]))
+t0 = time.process_time()
+featurize(w, configs, "relation")
+print(len(configs) / (time.process_time() - t0))
+"""
+
+
+def package_of(rev: str, into: Path) -> Path:
+    """A tree importable as ``tensorgym`` (agents and baselines inside, as installed) at ``rev``."""
+    src = into / "src"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(src), rev],
+                   check=True, capture_output=True)
+    pkg = into / "pkg"
+    shutil.copytree(src / "tensorgym", pkg / "tensorgym")
+    for sub in ("agents", "baselines"):
+        shutil.copytree(src / sub, pkg / "tensorgym" / sub)
+    return pkg
+
+
+def run(version: str, pythonpath: "Path | None", code: str, args: list[str], cache: Path) -> str:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                         text=True, cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        raise SystemExit(f"{version} failed:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base", default="0cb37bc", help="the commit to compare with (before)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--tunes", nargs="+", default=["conv2d-C6:256", "matmul-1024:128"],
+                   help="WORKLOAD:TRIALS")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved re-measurement rounds")
+    p.add_argument("--quick", action="store_true", help="32 trials of conv2d-C9, seed 0")
+    args = p.parse_args()
+    if args.quick:
+        args.seeds, args.tunes = [0], ["conv2d-C9:32"]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_trial_cost_"))
+    try:
+        versions = {"before": package_of(args.base, tmp), "after": None}
+        rows = []
+        for spec in args.tunes:
+            name, trials = spec.rsplit(":", 1)
+            for seed in args.seeds:
+                order = list(versions) if seed % 2 == 0 else list(versions)[::-1]
+                for version in order:
+                    work = tmp / f"{version}-{name}-{seed}"
+                    work.mkdir()
+                    out = run(version, versions[version], TUNE,
+                              ["tune", name, "--trials", trials, "--agent", "xgb", "--seed",
+                               str(seed), "--threads", str(args.threads), "--db",
+                               str(work / "records.db"), "--json"], work / "cache")
+                    doc = json.loads(out[out.index("{"):])
+                    rows.append({"version": version, "workload": name, "seed": seed, **doc})
+                    print(f"{version:6} {name} seed {seed}: {doc['wall_time'] / max(1, doc['trials']):.3f}"
+                          f" s/trial, reported best {doc['best_gflops']:.1f} GFLOP/s", flush=True)
+        remeasure(rows, args.threads, args.rounds)
+        feats = {v: float(run(v, versions[v], FEATURIZE, ["conv2d-C6", "2000"], tmp / "fc"))
+                 for v in versions}
+        report(rows, feats)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                        str(tmp / "src")], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
+    """Each run's best and PyTorch, interleaved, per workload."""
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == name and r["best_config"]]
+        c = compare.remeasure(name, "cpu", [r["best_config"] for r in mine], rounds,
+                              threads=threads)
+        for i, r in enumerate(mine):
+            r["remeasured"] = c.gflops(str(i))
+            r["torch"] = c.gflops(compare.VENDOR) or float("nan")
+
+
+def report(rows: list[dict], feats: dict) -> None:
+    print("\n| workload | version | seed | s/trial | wall s | reported | re-measured | "
+          "reported/re-measured | re-measured/PyTorch |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
+        rem = r.get("remeasured", 0.0)
+        print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
+              f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
+              f"{r['best_gflops']:.1f} | {rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
+              f"{rem / r.get('torch', float('nan')):.2f} |")
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        per = {v: [r for r in rows if r["workload"] == name and r["version"] == v]
+               for v in ("before", "after")}
+        spt = {v: statistics.median(r["wall_time"] / max(1, r["trials"]) for r in rs)
+               for v, rs in per.items()}
+        best = {v: statistics.mean(r.get("remeasured", 0.0) for r in rs) for v, rs in per.items()}
+        print(f"{name}: median s/trial {spt['before']:.3f} -> {spt['after']:.3f} "
+              f"({spt['before'] / spt['after']:.2f}x cheaper); mean re-measured best "
+              f"{best['before']:.1f} -> {best['after']:.1f} GFLOP/s")
+    print(f"featurize conv2d-C6 relation, one core: {feats['before']:.0f} -> {feats['after']:.0f} "
+          f"configs/s ({feats['after'] / feats['before']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
