@@ -151,21 +151,23 @@ def test_features_are_deterministic_and_cache_transparent():
 
 
 def test_parallel_featurizing_gives_the_same_rows_in_the_same_order():
-    from tensorgym.features.parallel import MIN_CONFIGS_PER_JOB, shutdown
+    from tensorgym.features import Featurizer
+    from tensorgym.features.parallel import MIN_CONFIGS_PER_JOB
 
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=2 * MIN_CONFIGS_PER_JOB + 10, seed=5)
     configs = configs + configs[:7]  # repeats inside one batch
+    f = Featurizer()
     try:
         for mode in ("relation", "context"):
-            clear_cache()
-            serial = featurize(w, configs, mode, n_jobs=1, fast=False)
-            clear_cache()
-            featurize(w, configs[:3], mode)  # some rows cached, the rest split over processes
-            parallel = featurize(w, configs, mode, n_jobs=2, fast=False)
+            f.clear()
+            serial = f.featurize(w, configs, mode, n_jobs=1, fast=False)
+            f.clear()
+            f.featurize(w, configs[:3], mode)  # some rows cached, the rest split over processes
+            parallel = f.featurize(w, configs, mode, n_jobs=2, fast=False)
             np.testing.assert_array_equal(serial, parallel)
     finally:
-        shutdown()
+        f.close()
 
 
 def test_different_schedules_give_different_features():

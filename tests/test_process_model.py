@@ -173,3 +173,20 @@ def test_two_processes_never_time_on_one_device_at_once(tmp_path):
     for a0, a1 in windows[0]:
         for b0, b1 in windows[1]:
             assert a1 <= b0 or b1 <= a0, "two timed runs overlapped"
+
+
+def test_an_env_owns_its_feature_helpers_and_close_stops_them():
+    import gymnasium as gym
+    import numpy as np
+
+    import tensorgym
+
+    env = gym.make("TensorSched-v0", workload=tensorgym.matmul(16, 8, 12), target="cpu",
+                   records=False)
+    u = env.unwrapped
+    u.featurizer.featurize(u.workload, u.space.sample(np.random.default_rng(0), 300), n_jobs=2,
+                           fast=False)  # lowered on helper processes
+    helpers = [c.proc.pid for c in u.featurizer.helpers.pool.children if c.alive]
+    assert helpers
+    env.close()
+    assert not survivors(set(helpers), within=5.0)

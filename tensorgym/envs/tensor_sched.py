@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..errors import InvalidConfigError, StepError, TensorGymError
+from ..features import Featurizer
 from ..hardware.measure import Measurer, MeasureOptions
 from ..hardware.result import MeasureResult
 from ..meter import Meter
@@ -182,6 +183,7 @@ class TensorSchedEnv(gym.Env):
         self._reference_seconds: Optional[float] = None
         self._obs_cache = None
         self.meter = Meter()
+        self.featurizer = Featurizer()  # its row cache and helper processes are this env's
 
         n_knobs = len(self.space.knobs)
         if max_invalid_actions is None:
@@ -226,11 +228,12 @@ class TensorSchedEnv(gym.Env):
                   n_jobs: Optional[int] = None):
         """Features of ``configs`` (``mode`` defaults to the observation mode); big batches are
         lowered on ``n_jobs`` processes (default: every core this process may use)."""
-        from ..features import default_jobs, featurize
+        from ..features import default_jobs
 
         with self.meter.time("featurize"):
-            return featurize(self.workload, list(configs), mode or self.obs_mode,
-                             space=self.space, n_jobs=default_jobs() if n_jobs is None else n_jobs)
+            return self.featurizer.featurize(
+                self.workload, list(configs), mode or self.obs_mode, space=self.space,
+                n_jobs=default_jobs() if n_jobs is None else n_jobs)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""
@@ -440,6 +443,7 @@ class TensorSchedEnv(gym.Env):
         if self._own_measurer and self._measurer is not None:
             self._measurer.close()
             self._measurer = None
+        self.featurizer.close()
         super().close()
 
     def __getstate__(self) -> dict:

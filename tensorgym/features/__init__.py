@@ -21,6 +21,7 @@ a time. ``feature_names(mode)`` names every column.
 """
 from __future__ import annotations
 
+import atexit
 from collections import OrderedDict
 from typing import Sequence
 
@@ -35,7 +36,7 @@ from .context import (CONTEXT_NAMES, KIND_NAMES, N_CONTEXT, N_PROGRAM, PROGRAM_N
                       ProgramSummary, context_matrix, summarize)
 from .fast import fast_rows, worthwhile
 from .nest import Unsupported
-from .parallel import default_jobs, split_rows
+from .parallel import HelperPool, default_jobs, split_rows
 from .relation import N_RELATION, RELATION_NAMES, RELATION_PAIRS, THRESHOLDS, relation_features
 
 FEATURE_MODES = ("relation", "context", "config", "ast")
@@ -110,26 +111,132 @@ class _LRU:
             self.data.popitem(last=False)
 
 
-_rows = {m: _LRU(CACHE_SIZE) for m in ("relation", "context")}
-_spaces: dict[SpaceKey, ConfigSpace] = {}
+class Featurizer:
+    """Feature rows with their state: a row cache per mode, the spaces configs came from, and the
+    helper processes that lower big batches. An env owns one and closes it; ``featurize`` uses
+    a default one, closed at exit."""
+
+    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+        self.rows = {m: _LRU(cache_size) for m in ("relation", "context")}
+        self.spaces: dict[SpaceKey, ConfigSpace] = {}
+        self.helpers = HelperPool()
+
+    def clear(self) -> None:
+        for c in self.rows.values():
+            c.data.clear()
+        self.spaces.clear()
+
+    def close(self) -> None:
+        """Stop the helper processes; the caches stay usable (helpers start again if needed)."""
+        self.helpers.close()
+
+    def __getstate__(self) -> dict:  # a copy starts empty: caches and processes stay here
+        return {"size": self.rows["relation"].size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["size"])
+
+    def featurize(self, workload: Workload, configs: Sequence[Config], mode: str = "relation",
+                  space: "ConfigSpace | None" = None, n_jobs: int = 1,
+                  fast: bool = True) -> "np.ndarray | list[dict]":
+        """Features of ``configs`` of ``workload``: float32 (n, feature_length(mode)), or for
+        ``mode="ast"`` a list of dicts. ``space`` (for ``config`` mode) defaults to the template's
+        default space of the configs' target; pass it when the configs come from another one.
+
+        ``relation`` and ``context`` rows come from the fast path (``fast.py``: the template's loop
+        structure evaluated for the whole batch with NumPy, no lowering) where it covers the
+        workload and template and the batch is big enough to pay for it (``fast.worthwhile``), else
+        from lowering each config; both give the same rows bit for bit. ``fast=False`` always lowers
+        (the reference). ``n_jobs`` > 1 lowers big batches in that many processes
+        (``parallel.default_jobs()`` is what this machine allows); the fast path needs none."""
+        from ..lower import lower  # noqa: PLC0415
+
+        _check_mode(mode)
+        configs = list(configs)
+        for c in configs:
+            _check_config(workload, c)
+        if mode == "ast":
+            return [ast_arrays(lower(workload, c)) for c in configs]
+        out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
+        if mode == "config":
+            for r, c in enumerate(configs):
+                out[r] = encode_config(space or self._space(workload, c), c)
+            return out
+        cache = self.rows[mode]
+        wkey = workload.key
+        keys = [(wkey, _template_of(c), tuple(c.values.items())) for c in configs]
+        missing: dict = {}
+        for r, key in enumerate(keys):
+            row = cache.get(key)
+            if row is None:
+                missing.setdefault(key, r)
+            else:
+                out[r] = row
+        if missing:
+            rows = self._compute_rows(workload, [configs[r] for r in missing.values()], mode,
+                                      n_jobs, fast)
+            fresh = {key: i for i, key in enumerate(missing)}
+            for key, i in fresh.items():
+                # a row of its own: the caller may write into ``out``, and a view would keep the
+                # whole batch alive while the cache holds one of its rows
+                cache.put(key, rows[i].copy())
+            if len(missing) == len(configs):  # all new and distinct: rows are in the configs' order
+                return rows
+            where = [(r, fresh[key]) for r, key in enumerate(keys) if key in fresh]
+            out[[r for r, _ in where]] = rows[[i for _, i in where]]
+        return out
+
+    def _space(self, workload: Workload, config: Config) -> ConfigSpace:
+        """The exact space ``config`` came from (its ``space_key``)."""
+        if config.space_key is None:
+            raise ValueError(f"config of space {config.space_name} comes from no template's space: "
+                             "pass the space it came from (space=)")
+        if config.space_key not in self.spaces:
+            from ..templates import space_of  # noqa: PLC0415
+
+            self.spaces[config.space_key] = space_of(workload, config.space_key)
+        return self.spaces[config.space_key]
+
+    def _compute_rows(self, workload: Workload, configs: list[Config], mode: str, n_jobs: int,
+                      fast: bool) -> np.ndarray:
+        by_space: dict[str, list[int]] = {}
+        for i, c in enumerate(configs):
+            by_space.setdefault(_template_of(c), []).append(i)
+        parts = []
+        for name, idx in by_space.items():
+            batch = [configs[i] for i in idx] if len(by_space) > 1 else configs
+            rows = None
+            if fast and worthwhile(workload, name, mode, len(batch)):
+                try:
+                    rows = fast_rows(workload, batch, mode, MAX_LOOPS)
+                except Unsupported:  # knob values the template's nest does not model: lower them
+                    pass
+            if rows is None:
+                rows = split_rows(lambda cs: rows_by_lowering(workload, cs, mode), workload, batch,
+                                  mode, n_jobs, self.helpers)
+            parts.append((idx, rows))
+        if len(parts) == 1:
+            return parts[0][1]
+        out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
+        for idx, rows in parts:
+            out[idx] = rows
+        return out
+
+
+_DEFAULT = Featurizer()
+atexit.register(_DEFAULT.close)
+
+
+def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
+              space: "ConfigSpace | None" = None, n_jobs: int = 1,
+              fast: bool = True) -> "np.ndarray | list[dict]":
+    """``Featurizer.featurize`` on the default featurizer (see there)."""
+    return _DEFAULT.featurize(workload, configs, mode, space, n_jobs, fast)
 
 
 def clear_cache() -> None:
-    for c in _rows.values():
-        c.data.clear()
-    _spaces.clear()
-
-
-def _space(workload: Workload, config: Config) -> ConfigSpace:
-    """The exact space ``config`` came from (its ``space_key``)."""
-    if config.space_key is None:
-        raise ValueError(f"config of space {config.space_name} comes from no template's space: "
-                         "pass the space it came from (space=)")
-    if config.space_key not in _spaces:
-        from ..templates import space_of  # noqa: PLC0415
-
-        _spaces[config.space_key] = space_of(workload, config.space_key)
-    return _spaces[config.space_key]
+    """Empty the default featurizer's caches."""
+    _DEFAULT.clear()
 
 
 def _check_config(workload: Workload, config: Config) -> None:
@@ -140,56 +247,6 @@ def _check_config(workload: Workload, config: Config) -> None:
             config.space_name.split("/")[0] != workload.op:
         raise ValueError(f"config of space {key or config.space_name} does not fit "
                          f"{workload.label}")
-
-
-def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
-              space: "ConfigSpace | None" = None, n_jobs: int = 1,
-              fast: bool = True) -> "np.ndarray | list[dict]":
-    """Features of ``configs`` of ``workload``: float32 (n, feature_length(mode)), or for
-    ``mode="ast"`` a list of dicts. ``space`` (for ``config`` mode) defaults to the template's
-    default space of the configs' target; pass it when the configs come from another one.
-
-    ``relation`` and ``context`` rows come from the fast path (``fast.py``: the template's loop
-    structure evaluated for the whole batch with NumPy, no lowering) where it covers the
-    workload and template and the batch is big enough to pay for it (``fast.worthwhile``), else
-    from lowering each config; both give the same rows bit for bit. ``fast=False`` always lowers
-    (the reference). ``n_jobs`` > 1 lowers big batches in that many processes
-    (``parallel.default_jobs()`` is what this machine allows); the fast path needs none."""
-    from ..lower import lower  # noqa: PLC0415
-
-    _check_mode(mode)
-    configs = list(configs)
-    for c in configs:
-        _check_config(workload, c)
-    if mode == "ast":
-        return [ast_arrays(lower(workload, c)) for c in configs]
-    out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
-    if mode == "config":
-        for r, c in enumerate(configs):
-            out[r] = encode_config(space or _space(workload, c), c)
-        return out
-    cache = _rows[mode]
-    wkey = workload.key
-    keys = [(wkey, _template_of(c), tuple(c.values.items())) for c in configs]
-    missing: dict = {}
-    for r, key in enumerate(keys):
-        row = cache.get(key)
-        if row is None:
-            missing.setdefault(key, r)
-        else:
-            out[r] = row
-    if missing:
-        rows = _compute_rows(workload, [configs[r] for r in missing.values()], mode, n_jobs, fast)
-        fresh = {key: i for i, key in enumerate(missing)}
-        for key, i in fresh.items():
-            # a row of its own: the caller may write into ``out``, and a view would keep the
-            # whole batch alive while the cache holds one of its rows
-            cache.put(key, rows[i].copy())
-        if len(missing) == len(configs):  # all new and distinct: rows are in the configs' order
-            return rows
-        where = [(r, fresh[key]) for r, key in enumerate(keys) if key in fresh]
-        out[[r for r, _ in where]] = rows[[i for _, i in where]]
-    return out
 
 
 def _template_of(config: Config) -> str:
@@ -205,27 +262,3 @@ def rows_by_lowering(workload: Workload, configs: Sequence[Config], mode: str) -
     return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in configs])
 
 
-def _compute_rows(workload: Workload, configs: list[Config], mode: str, n_jobs: int,
-                  fast: bool) -> np.ndarray:
-    by_space: dict[str, list[int]] = {}
-    for i, c in enumerate(configs):
-        by_space.setdefault(_template_of(c), []).append(i)
-    parts = []
-    for name, idx in by_space.items():
-        batch = [configs[i] for i in idx] if len(by_space) > 1 else configs
-        rows = None
-        if fast and worthwhile(workload, name, mode, len(batch)):
-            try:
-                rows = fast_rows(workload, batch, mode, MAX_LOOPS)
-            except Unsupported:  # knob values the template's nest does not model: lower them
-                pass
-        if rows is None:
-            rows = split_rows(lambda cs: rows_by_lowering(workload, cs, mode), workload, batch,
-                              mode, n_jobs)
-        parts.append((idx, rows))
-    if len(parts) == 1:
-        return parts[0][1]
-    out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
-    for idx, rows in parts:
-        out[idx] = rows
-    return out

@@ -8,7 +8,6 @@ functions of (workload, config), so the split changes nothing but the time.
 """
 from __future__ import annotations
 
-import atexit
 import warnings
 from typing import Callable, Sequence
 
@@ -34,8 +33,9 @@ class FeatureServer:
         return featurize(workload, configs, mode, fast=False)  # only lowering is split
 
 
-class _Pool:
-    """The helpers, started on the first big batch and closed at exit (or by ``shutdown``)."""
+class HelperPool:
+    """Feature helper processes, started on the first big batch; ``close`` stops them (they
+    start again if needed). A ``Featurizer`` owns one."""
 
     def __init__(self) -> None:
         self.pool: "ChildPool | None" = None
@@ -52,31 +52,22 @@ class _Pool:
         self.pool = None
 
 
-_POOL = _Pool()
-atexit.register(_POOL.close)
-
-
-def shutdown() -> None:
-    """Stop the helper processes (they start again on the next big batch)."""
-    _POOL.close()
-
-
 def split_rows(compute: Callable[[Sequence], np.ndarray], workload, configs: Sequence,
-               mode: str, n_jobs: int) -> np.ndarray:
+               mode: str, n_jobs: int, helpers: HelperPool) -> np.ndarray:
     """Rows of ``configs`` computed by ``compute`` here and by ``n_jobs - 1`` helpers."""
     n_jobs = max(1, min(n_jobs, len(configs) // MIN_CONFIGS_PER_JOB))
     if n_jobs == 1:
         return compute(configs)
     chunks = np.array_split(np.arange(len(configs)), n_jobs)
     try:
-        children = _POOL.children(n_jobs - 1)
+        children = helpers.children(n_jobs - 1)
         ChildPool._start([c for c in children if not c.alive])
         for child, idx in zip(children, chunks[1:]):
             child.send("rows", workload, [configs[i] for i in idx], mode)
         mine = compute([configs[i] for i in chunks[0]])
         return np.concatenate([mine, *(child.result() for child in children)])
     except (ChildDied, ChildError) as e:  # a helper died (killed, out of memory): finish here
-        shutdown()
+        helpers.close()
         warnings.warn(f"a feature helper process failed ({e}); featurizing in this process",
                       RuntimeWarning, stacklevel=2)
         return compute(configs)
