@@ -6,9 +6,9 @@ otherwise). All nodes of one height depend only on lower heights, so a TreeGRU e
 height as one set of tensor ops; the nodes of height ``k`` occupy rows
 ``level_ptr[k]:level_ptr[k + 1]`` and their children always have smaller row numbers.
 
-Vanilla (Figure 3c) tokens: a node's type, and for loops the loop kind; loop variable names are
-used when the trees carry them (``loop_var``, see ``with_loop_names``); the featurizer's trees
-omit names on purpose (its features must not change when loops are renamed).
+Vanilla (Figure 3c) tokens: a node's type, and for loops the loop kind and the loop variable's
+name (``loop_var``, which ``featurize(..., "ast")`` carries beside the features; the features
+themselves do not change when loops are renamed, only the vanilla model reads names).
 """
 from __future__ import annotations
 
@@ -145,35 +145,3 @@ def collate(trees: Sequence[Mapping], names: "Mapping[str, int] | None" = None) 
         node_type=node_type[order], features=feats[order], token=token[order],
         name_id=name_id[order], tree=tree[order], root=row_of[offsets],
         loop_rows=np.flatnonzero(is_loop[order]), edge_child=child_row, edge_parent=edge_parent)
-
-
-def loop_var_names(program) -> np.ndarray:
-    """Loop variable name of every statement node of ``program`` in the featurizer's pre-order
-    ('' for non-loops)."""
-    from tensorgym import loopast as A  # noqa: PLC0415
-    from tensorgym.features.ast import _children  # noqa: PLC0415
-
-    out: list[str] = []
-    stack = [program.body]
-    while stack:
-        s = stack.pop()
-        out.append(s.var.name if isinstance(s, A.For) else "")
-        stack.extend(reversed(_children(s)))
-    return np.array(out)
-
-
-def with_loop_names(workload, configs: Sequence) -> list[dict]:
-    """``featurize(workload, configs, "ast")`` plus a ``loop_var`` array of names per tree, for
-    the vanilla TreeGRU's per-identifier embeddings (Figure 3c)."""
-    from tensorgym.features.ast import ast_arrays  # noqa: PLC0415
-    from tensorgym.lower import lower  # noqa: PLC0415
-
-    trees = []
-    for c in configs:
-        program = lower(workload, c)
-        tree = ast_arrays(program)
-        tree["loop_var"] = loop_var_names(program)
-        if len(tree["loop_var"]) != len(tree["node_type"]):
-            raise RuntimeError("loop name walk disagrees with the featurizer's node order")
-        trees.append(tree)
-    return trees

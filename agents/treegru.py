@@ -181,6 +181,11 @@ class TreeGRUCostModel:
 
     feature_mode = "ast"
 
+    @property
+    def reads_loop_names(self) -> bool:
+        """The vanilla model embeds loop variable names: the tuner asks the env for them."""
+        return self.variant == "vanilla"
+
     def __init__(self, variant: str = "context", loss: str = "rank", hidden: int = 64,
                  n_slots: int = 8, n_epochs: int = 20, min_steps: int = 60,
                  batch_size: int = 128, lr: float = 3e-3, weight_decay: float = 1e-5,

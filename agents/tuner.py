@@ -7,6 +7,8 @@ work on every TensorSched-* env and target.
 """
 from __future__ import annotations
 
+import functools
+
 import copy
 from typing import Callable, Sequence
 
@@ -165,7 +167,9 @@ class ModelTuner(SearchStrategy):
         with self._meter.time("model"):
             self.model = self.build_model(u, seed)
         self._space = space
-        self._features = FeatureCache(u.featurize, self.model.feature_mode)
+        featurize = (functools.partial(u.featurize, loop_names=True)
+                     if getattr(self.model, "reads_loop_names", False) else u.featurize)
+        self._features = FeatureCache(featurize, self.model.feature_mode)
         self._annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps,
                                           self.sa_early_stop, seed=rng.spawn(1)[0])
         self._measured: set[int] = set()

@@ -8,7 +8,7 @@ import torch
 
 from tensorgym import loopast as A
 from tensorgym.agents import ModelTuner, TransferModel, make_agent, make_model
-from tensorgym.agents.ast_batch import collate, node_heights, with_loop_names
+from tensorgym.agents.ast_batch import collate, node_heights
 from .synthetic import SyntheticEnv
 from tensorgym.agents.transfer import load_source_data
 from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
@@ -150,7 +150,7 @@ def test_context_model_is_invariant_to_renaming_but_vanilla_uses_names():
     np.testing.assert_array_equal(context.predict([ast_arrays(p) for p in programs]),
                                   context.predict([ast_arrays(p) for p in renamed]))
 
-    named = with_loop_names(MM, configs)
+    named = featurize(MM, configs, "ast", loop_names=True)
     for t in named:  # a name for every loop, none for other statements
         is_loop = t["node_type"] == NODE_TYPES.index("For")
         assert all(t["loop_var"][is_loop]) and not any(t["loop_var"][~is_loop])
@@ -170,7 +170,7 @@ def test_context_model_is_invariant_to_renaming_but_vanilla_uses_names():
                                           ("vanilla", "rank")])
 def test_learns_to_rank_a_known_cost(variant, loss):
     configs = _configs(MM, 360, seed=3)
-    trees = with_loop_names(MM, configs) if variant == "vanilla" else featurize(MM, configs, "ast")
+    trees = featurize(MM, configs, "ast", loop_names=variant == "vanilla")
     y = np.array([synthetic_gflops(c) for c in configs])
     y = y / y.max()
     model = TreeGRUCostModel(variant=variant, loss=loss, hidden=32, n_slots=4, n_epochs=25,
@@ -268,3 +268,15 @@ def test_transfer_model_with_treegru_global_and_local(tmp_path):
     assert len(history) == 32
     assert isinstance(agent.model, TransferModel)
     assert agent.model.global_model.fitted and agent.model.local_fitted
+
+
+def test_the_vanilla_tuner_receives_loop_names_through_the_env():
+    import gymnasium as gym
+
+    env = gym.make("TensorSched-v0", workload=matmul(16, 16, 16), target="cpu", records=False,
+                   budget=32)
+    agent = make_agent("treegru-vanilla", **FAST_TUNER)
+    agent.tune(env, 32, seed=0)
+    assert agent.model.variant == "vanilla" and agent.model.fitted
+    assert agent.model.names  # an embedding per loop variable name the env's trees carried
+    env.close()

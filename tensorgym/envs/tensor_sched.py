@@ -225,15 +225,16 @@ class TensorSchedEnv(gym.Env):
         return self.measurer.device
 
     def featurize(self, configs: Sequence[Config], mode: Optional[str] = None,
-                  n_jobs: Optional[int] = None):
+                  n_jobs: Optional[int] = None, loop_names: bool = False):
         """Features of ``configs`` (``mode`` defaults to the observation mode); big batches are
-        lowered on ``n_jobs`` processes (default: every core this process may use)."""
+        lowered on ``n_jobs`` processes (default: every core this process may use);
+        ``loop_names`` adds the loop variable names to ``ast`` trees (vanilla TreeGRU)."""
         from ..features import default_jobs
 
         with self.meter.time("featurize"):
             return self.featurizer.featurize(
                 self.workload, list(configs), mode or self.obs_mode, space=self.space,
-                n_jobs=default_jobs() if n_jobs is None else n_jobs)
+                n_jobs=default_jobs() if n_jobs is None else n_jobs, loop_names=loop_names)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""

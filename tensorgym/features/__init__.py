@@ -31,6 +31,7 @@ from ..loopast import Program
 from ..space import Config, ConfigSpace, SpaceKey
 from ..workloads import Workload
 from .ast import NODE_TYPES, ast_arrays
+from .ast import loop_names as names_of_loops
 from .config_encoding import MAX_KNOBS, N_CONFIG, encode_config
 from .context import (CONTEXT_NAMES, KIND_NAMES, N_CONTEXT, N_PROGRAM, PROGRAM_NAMES, SLOT_ROLES,
                       ProgramSummary, context_matrix, summarize)
@@ -137,8 +138,8 @@ class Featurizer:
         self.__init__(state["size"])
 
     def featurize(self, workload: Workload, configs: Sequence[Config], mode: str = "relation",
-                  space: "ConfigSpace | None" = None, n_jobs: int = 1,
-                  fast: bool = True) -> "np.ndarray | list[dict]":
+                  space: "ConfigSpace | None" = None, n_jobs: int = 1, fast: bool = True,
+                  loop_names: bool = False) -> "np.ndarray | list[dict]":
         """Features of ``configs`` of ``workload``: float32 (n, feature_length(mode)), or for
         ``mode="ast"`` a list of dicts. ``space`` (for ``config`` mode) defaults to the template's
         default space of the configs' target; pass it when the configs come from another one.
@@ -148,7 +149,8 @@ class Featurizer:
         workload and template and the batch is big enough to pay for it (``fast.worthwhile``), else
         from lowering each config; both give the same rows bit for bit. ``fast=False`` always lowers
         (the reference). ``n_jobs`` > 1 lowers big batches in that many processes
-        (``parallel.default_jobs()`` is what this machine allows); the fast path needs none."""
+        (``parallel.default_jobs()`` is what this machine allows); the fast path needs none.
+        ``loop_names`` adds each ``ast`` tree's ``loop_var`` (``ast.loop_names``)."""
         from ..lower import lower  # noqa: PLC0415
 
         _check_mode(mode)
@@ -156,7 +158,12 @@ class Featurizer:
         for c in configs:
             _check_config(workload, c)
         if mode == "ast":
-            return [ast_arrays(lower(workload, c)) for c in configs]
+            programs = [lower(workload, c) for c in configs]
+            trees = [ast_arrays(p) for p in programs]
+            if loop_names:  # for models that embed identifiers (the vanilla TreeGRU)
+                for tree, p in zip(trees, programs):
+                    tree["loop_var"] = names_of_loops(p)
+            return trees
         out = np.empty((len(configs), _LENGTHS[mode]), dtype=np.float32)
         if mode == "config":
             for r, c in enumerate(configs):
@@ -228,10 +235,10 @@ atexit.register(_DEFAULT.close)
 
 
 def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
-              space: "ConfigSpace | None" = None, n_jobs: int = 1,
-              fast: bool = True) -> "np.ndarray | list[dict]":
+              space: "ConfigSpace | None" = None, n_jobs: int = 1, fast: bool = True,
+              loop_names: bool = False) -> "np.ndarray | list[dict]":
     """``Featurizer.featurize`` on the default featurizer (see there)."""
-    return _DEFAULT.featurize(workload, configs, mode, space, n_jobs, fast)
+    return _DEFAULT.featurize(workload, configs, mode, space, n_jobs, fast, loop_names)
 
 
 def clear_cache() -> None:

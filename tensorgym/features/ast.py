@@ -80,3 +80,16 @@ def ast_arrays(program: A.Program, summary: "ProgramSummary | None" = None) -> d
         "node_features": feats,
         "program": summary.program,
     }
+
+
+def loop_names(program: A.Program) -> np.ndarray:
+    """The loop variable name of every statement node of ``program``, in ``ast_arrays``' node
+    order ('' for statements that are not loops): what the vanilla TreeGRU embeds. Kept apart
+    from the features, which must not change when loops are renamed."""
+    out: list[str] = []
+    stack = [program.body]
+    while stack:
+        s = stack.pop()
+        out.append(s.var.name if isinstance(s, A.For) else "")
+        stack.extend(reversed(_children(s)))
+    return np.array(out)
