@@ -20,10 +20,25 @@ from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage
                       page_floats)
 
 
+# LoopLoadElimination forwards a store to a load of a later iteration, which the templates' loops
+# never have, but its dependence analysis is quadratic in the memory accesses of a loop body: 12 CPU
+# seconds for a C1 kernel with 512 unrolled updates of its output. Without it, 400 random kernels
+# of C1, C6, C7 and matmul-1024 compiled to identical objects (benchmarks/bench_compile.py checks
+# its sample too). The option is LLVM's and process-wide: it holds for every llvmlite user here.
+_DISABLED_PASSES = "loop-load-elim"
+
+# Sources of this many lines or more get the backend's "less" level (1), whose run time measured the
+# same (benchmarks/bench_compile.py): its schedulers are quadratic in a basic block, and a big
+# unrolled kernel is one big block (over 10,000 lines, "less" takes 40% off the backend's time,
+# up to 2 s). Below this size the backend is cheap and the saving a few milliseconds.
+LARGE_SOURCE_LINES = 2000
+
+
 @lru_cache(maxsize=None)
 def _init_llvm() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    llvm.set_option("tensorgym", f"-opt-disable={_DISABLED_PASSES}")
     gomp = ctypes.util.find_library("gomp")
     if gomp is None:
         raise TargetUnavailableError(
@@ -33,18 +48,19 @@ def _init_llvm() -> None:
 
 
 @lru_cache(maxsize=None)
-def _target_machine() -> llvm.TargetMachine:
+def _target_machine(codegen_level: int = 3) -> llvm.TargetMachine:
     _init_llvm()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                         features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, reloc="default", codemodel="jitdefault")
+                                        opt=codegen_level, reloc="default",
+                                        codemodel="jitdefault")
 
 
-def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
-    """O3, except that LLVM's own loop vectorizer and unroller are off: the schedule decides
-    what is vectorized and unrolled (and they would multiply compile time)."""
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
+    """LLVM's pipeline at ``opt_level``, except that its own loop vectorizer and unroller are off:
+    the schedule decides what is vectorized and unrolled (and they would multiply compile time)."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pto.loop_vectorization = False
     pto.loop_unrolling = False
     pb = llvm.create_pass_builder(tm, pto)
@@ -152,10 +168,19 @@ def _default_threads() -> int:
 class CPURuntime(Runtime):
     target = "cpu"
 
-    def __init__(self, num_threads: int = 0) -> None:
+    def __init__(self, num_threads: int = 0, opt_level: int = 3,
+                 codegen_level: "int | None" = None) -> None:
+        """``opt_level``: LLVM's IR pipeline (1-3; O1 and O2 build a few tenths faster but run up
+        to 2x slower on some kernels, see benchmarks/bench_compile.py). ``codegen_level``: the
+        backend's (1-3); None chooses per kernel (:meth:`compile_info`)."""
         # 0: OMP_NUM_THREADS if set, else the cores this process may use (affinity, cgroup
         # quota), made explicit so that the device label says what the kernels really use
         self.num_threads = num_threads or _default_threads()
+        if opt_level not in (1, 2, 3) or codegen_level not in (None, 1, 2, 3):
+            raise ValueError(f"LLVM levels are 1, 2 or 3: opt_level={opt_level!r}, "
+                             f"codegen_level={codegen_level!r}")
+        self.opt_level = opt_level
+        self.codegen_level = codegen_level
 
     def check_available(self) -> None:
         _init_llvm()
@@ -167,13 +192,23 @@ class CPURuntime(Runtime):
     def render(self, program: Program) -> str:
         return emit_llvm(program, self.num_threads)
 
+    def _codegen_level(self, source: str) -> int:
+        if self.codegen_level is not None:
+            return self.codegen_level
+        return 1 if source.count("\n") >= LARGE_SOURCE_LINES else 3
+
+    def compile_info(self, program: Program, source: str) -> dict:
+        """The LLVM levels :meth:`compile` builds this source at: the IR pipeline's, and the
+        backend's ("less", 1, for a source of LARGE_SOURCE_LINES lines or more)."""
+        return {"opt_level": self.opt_level, "codegen_level": self._codegen_level(source)}
+
     def compile(self, source: str, program: Program) -> bytes:
-        tm = _target_machine()
+        tm = _target_machine(self._codegen_level(source))
         mod = llvm.parse_assembly(source)
         mod.triple = llvm.get_process_triple()
         mod.data_layout = str(tm.target_data)
         mod.verify()
-        _optimize(mod, tm)
+        _optimize(mod, tm, self.opt_level)
         return tm.emit_object(mod)
 
     def load(self, binary: Any, program: Program) -> CPUKernel:
@@ -190,7 +225,7 @@ class CPURuntime(Runtime):
 
     def assembly(self, source: str) -> str:
         """Host assembly of the optimised module, for people who read kernels."""
-        tm = _target_machine()
+        tm = _target_machine(self._codegen_level(source))
         mod = llvm.parse_assembly(source)
-        _optimize(mod, tm)
+        _optimize(mod, tm, self.opt_level)
         return tm.emit_assembly(mod)

@@ -12,7 +12,7 @@ from ..workloads import Workload, matmul
 
 
 def calibration_workload() -> Workload:
-    return matmul(64, 64, 64, name="calibration")
+    return matmul(128, 128, 128, name="calibration")
 
 
 class DriftMonitor:

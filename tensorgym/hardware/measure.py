@@ -39,7 +39,7 @@ from .worker import KernelWorker
 class MeasureOptions:
     number: int = 0  # runs per sample; 0: enough for one sample to last min_repeat_ms
     repeat: int = 3  # samples
-    min_repeat_ms: float = 10.0
+    min_repeat_ms: float = 5.0  # a sample lasts at least this long (runs per sample from the first)
     timeout: float = 10.0  # seconds allowed for one config's run phase in the worker
     build_timeout: float = 60.0
     flush_cache: bool = False  # evict the last-level cache before every sample
@@ -53,8 +53,9 @@ class MeasureOptions:
     target_cv: float = 0.05  # coefficient of variation a measurement aims for
     stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
     confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
+    confirm_min_repeat_ms: float = 10.0  # and their least length
     calibrate: bool = True  # time a calibration kernel around each timing phase (drift)
-    drift_tolerance: float = 0.1  # a larger change of its speed re-takes the phase
+    drift_tolerance: float = 0.2  # a larger change of its speed re-takes the phase
 
 
 # ---------------------------------------------------------------- build (in builder processes)
@@ -98,10 +99,11 @@ class Builder:
         except Exception as e:  # noqa: BLE001
             return BuildResult(code, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[-2000:])
         key = source_key(self.fingerprint, source)
+        info = self.runtime.compile_info(program, source)  # decided by the source alone
         binary = self.cache.get(key) if self.cache is not None else None
         if binary is not None:
             return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
-                               binary=binary, key=key, cached=True)
+                               binary=binary, key=key, cached=True, compile_info=info)
         try:
             binary = self.runtime.compile(source, program)
         except Exception as e:  # noqa: BLE001
@@ -110,7 +112,7 @@ class Builder:
         if self.cache is not None:
             self.cache.put(key, binary)
         return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
-                           binary=binary, key=key)
+                           binary=binary, key=key, compile_info=info)
 
 
 def _compiler_fingerprint(runtime, runtime_kwargs: dict) -> str:
@@ -235,7 +237,9 @@ class Measurer:
         every job already gets freshly mapped buffers.)"""
         b = self._build_all("build", [(workload, result.config)])[0]
         opts = replace(self.options, repeat=self.options.confirm_repeat,
-                       max_repeat=self.options.confirm_repeat)
+                       max_repeat=self.options.confirm_repeat,
+                       min_repeat_ms=max(self.options.min_repeat_ms,
+                                         self.options.confirm_min_repeat_ms))
         again = self._results(workload, [result.config], [b], opts)[0]
         return replace(again, build_time=result.build_time, run_time=result.run_time +
                        again.run_time, extra={**again.extra, "confirmed": True,
@@ -303,6 +307,8 @@ class Measurer:
     def _run(self, workload: Workload, config: Config, b: BuildResult,
              opts: MeasureOptions) -> MeasureResult:
         extra = {"compile_cache": True} if b.cached else {}
+        if b.compile_info:
+            extra["compile"] = b.compile_info
         common = dict(config=config, flops=workload.flops, build_time=b.time,
                       timestamp=time.time())
         if b.error != ErrorCode.NO_ERROR:

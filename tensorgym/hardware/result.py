@@ -65,6 +65,7 @@ class BuildResult:
     key: str = ""  # hash of the source and the compiler: equal keys are the same kernel
     cached: bool = False  # the binary came from the compile cache
     lowering_bug: bool = False  # lowering raised something other than InvalidConfigError
+    compile_info: dict = field(default_factory=dict)  # how it was built (``Runtime.compile_info``)
 
     @property
     def ok(self) -> bool:

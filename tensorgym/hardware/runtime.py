@@ -260,6 +260,11 @@ class Runtime(ABC):
     def compile(self, source: str, program: Program) -> Any:
         """A picklable binary (object code, PTX, or the source for runtimes that JIT it)."""
 
+    def compile_info(self, program: Program, source: str) -> dict:
+        """How :meth:`compile` builds ``source`` (e.g. ``{"opt_level": 3}``), for the record; the
+        same for a binary that comes from a cache. Empty where there is nothing to choose."""
+        return {}
+
     @abstractmethod
     def load(self, binary: Any, program: Program) -> Kernel:
         """Load the binary on the device (called inside the measurement worker)."""
