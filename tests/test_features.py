@@ -1,7 +1,6 @@
 """Loop-AST features: fixed lengths, invariances, hand-checked values and error paths."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 
@@ -17,6 +16,7 @@ from tensorgym.features.index_analysis import dominant_coeff, linear_form, value
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, conv2d, get_workload, matmul
+from .renaming import Renamer
 
 WORKLOAD_SPECS = ["conv2d-C6", "conv2d-C1", "conv2d:1,16,14,14,32,3,2,1", "matmul:64,32,16",
                   "matmul-1024"]
@@ -44,44 +44,6 @@ def figure3_program(names=("y", "x", "k", "A", "B", "C")) -> A.Program:
 
 
 # ---------------------------------------------------------------- renaming helper
-
-
-class _Renamer(A.Rewriter):
-    """Rebuild a program with every loop variable and buffer replaced by a fresh, renamed one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.vars: dict = {}
-        self.bufs: dict = {}
-
-    def var(self, v: A.LoopVar) -> A.LoopVar:
-        if v not in self.vars:
-            self.vars[v] = A.LoopVar(f"renamed_{len(self.vars)}")
-        return self.vars[v]
-
-    def buf(self, b: A.Buffer) -> A.Buffer:
-        if b not in self.bufs:
-            # names sort in the reverse order of creation, so name-sorting would reorder slots
-            self.bufs[b] = A.Buffer(f"buf_{99 - len(self.bufs)}", b.shape, b.scope, b.dtype)
-        return self.bufs[b]
-
-    def visit_LoopVar(self, v: A.LoopVar) -> A.LoopVar:
-        return self.var(v)
-
-    def visit_For(self, s: A.For) -> A.For:
-        var = self.var(s.var)  # before the body: names in pre-order
-        return dataclasses.replace(self.generic_visit(s), var=var)
-
-    def visit_Load(self, n):  # also Store and Allocate: every node that names a buffer
-        buffer = self.buf(n.buffer)
-        return dataclasses.replace(self.generic_visit(n), buffer=buffer)
-
-    visit_Store = visit_Allocate = visit_Load
-
-    def program(self, p: A.Program) -> A.Program:
-        args = tuple(self.buf(b) for b in p.args)
-        return A.Program("renamed", args, tuple(self.buf(b) for b in p.workspaces),
-                         self.visit(p.body), dict(p.launch))
 
 
 # ---------------------------------------------------------------- fixed lengths
@@ -124,7 +86,7 @@ def test_renaming_loops_and_buffers_leaves_features_unchanged(spec):
     w = get_workload(spec)
     for config in _configs(w, n=3, seed=1):
         program = lower(w, config)
-        renamed = _Renamer().program(program)
+        renamed = Renamer().program(program)
         assert str(renamed) != str(program)
         np.testing.assert_array_equal(context_matrix(program), context_matrix(renamed))
         for mode in ("relation", "context"):

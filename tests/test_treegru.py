@@ -1,6 +1,5 @@
 """The TreeGRU cost model (paper Figure 3c/3d): level-by-level batching, batched = one-by-one
 prediction, renaming invariance, learning a known ranking, persistence, the tuner plumbing."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -9,7 +8,6 @@ import torch
 from tensorgym import loopast as A
 from tensorgym.agents import ModelTuner, TransferModel, make_agent, make_model
 from tensorgym.agents.ast_batch import collate, node_heights
-from .synthetic import SyntheticEnv
 from tensorgym.agents.transfer import load_source_data
 from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
 from tensorgym.errors import ErrorCode
@@ -20,6 +18,8 @@ from tensorgym.lower import lower
 from tensorgym.records import Records
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
+from .renaming import Renamer
+from .synthetic import SyntheticEnv
 
 MM = matmul(64, 64, 64)
 CONV = conv2d(1, 8, 10, 10, 16, 3, 1, 1)
@@ -106,43 +106,10 @@ def test_pairwise_rank_loss_matches_equation_2():
 # ---------------------------------------------------------------- invariance
 
 
-class _Renamer(A.Rewriter):
-    """Rebuild a program with fresh, differently named loop variables and buffers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.map: dict = {}
-
-    def _fresh(self, x):
-        if x not in self.map:
-            n = len(self.map)
-            self.map[x] = (A.LoopVar(f"v{n}") if isinstance(x, A.LoopVar)
-                           else A.Buffer(f"b{n}", x.shape, x.scope, x.dtype))
-        return self.map[x]
-
-    def visit_LoopVar(self, v):
-        return self._fresh(v)
-
-    def visit_For(self, s):
-        var = self._fresh(s.var)  # before the body: names in pre-order
-        return dataclasses.replace(self.generic_visit(s), var=var)
-
-    def visit_Load(self, e):  # also Store and Allocate: every node that names a buffer
-        buffer = self._fresh(e.buffer)
-        return dataclasses.replace(self.generic_visit(e), buffer=buffer)
-
-    visit_Store = visit_Allocate = visit_Load
-
-    def program(self, p):
-        args = tuple(self._fresh(b) for b in p.args)
-        return A.Program("renamed", args, tuple(self._fresh(b) for b in p.workspaces),
-                         self.visit(p.body))
-
-
 def test_context_model_is_invariant_to_renaming_but_vanilla_uses_names():
     configs = _configs(MM, 12, seed=2)
     programs = [lower(MM, c) for c in configs]
-    renamed = [_Renamer().program(p) for p in programs]
+    renamed = [Renamer().program(p) for p in programs]
     assert str(renamed[0]) != str(programs[0])
     y = np.arange(len(configs), dtype=float)
     context = TreeGRUCostModel(variant="context", **SMALL)
