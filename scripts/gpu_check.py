@@ -55,7 +55,7 @@ def run(runtime, program, binary, inputs, expected, min_ms: float = 2.0, repeat:
         number = max(1, math.ceil(min_ms * 1e-3 / max(first, 1e-7)))
         return statistics.median(kernel.time(bufs, number) for _ in range(repeat)), err
     finally:
-        kernel.free(bufs)
+        kernel.release(bufs)
         kernel.close()
 
 

@@ -140,7 +140,6 @@ class Child:
             if proc.stdin is not None:
                 proc.stdin.close()
 
-    close = kill
 
     def __del__(self) -> None:
         try:
@@ -182,14 +181,15 @@ class ChildPool:
             ready = wait([c.conn for c, _, _ in running.values()], wait_s)
             now = time.monotonic()
             for key, (child, i, deadline) in list(running.items()):
-                if child.conn in ready:
+                # the deadline first: an answer first seen after it may have come after it too
+                if deadline is not None and now >= deadline:
+                    child.kill()
+                    out[i] = (False, ChildTimeout(f"no answer within {timeout:g} s"))
+                elif child.conn in ready:
                     try:
                         out[i] = (True, child.result(0))
                     except (ChildError, ChildDied, ChildTimeout) as e:
                         out[i] = (False, e)
-                elif deadline is not None and now >= deadline:
-                    child.kill()
-                    out[i] = (False, ChildTimeout(f"no answer within {timeout:g} s"))
                 else:
                     continue
                 del running[key]

@@ -148,10 +148,6 @@ class Kernel(ABC):
     def release(self, bufs: Any) -> None:
         """Free the buffers of :meth:`alloc` (the handle is unusable afterwards)."""
 
-    def free(self, bufs: Any) -> None:
-        """Old name of :meth:`release` (scripts/gpu_check.py calls it)."""
-        self.release(bufs)
-
     def close(self) -> None:  # noqa: B027  (nothing to free on some runtimes)
         """Free what :meth:`Runtime.load` acquired (module, program, events)."""
 
