@@ -1,4 +1,4 @@
-"""Loop AST -> LLVM IR (llvmlite.ir).
+"""Loop AST -> LLVM IR, written as text.
 
 * ``vectorized`` loops become LLVM vector operations: an access whose flattened index has stride
   1 in the loop variable is one vector load/store, stride 0 is a broadcast, anything else is a
@@ -7,41 +7,104 @@
 * ``unrolled`` loops are emitted once per iteration with the variable a constant.
 * a top-level ``parallel`` loop is outlined into a function that libgomp's ``GOMP_parallel`` runs
   on every thread, each taking a contiguous chunk of the iterations.
+
+The IR is written as text rather than built with llvmlite.ir: an unrolled kernel has tens of
+thousands of instructions, and building them as Python objects cost as much as LLVM's whole O3
+pipeline on them (benchmarks/bench_compile.py prints render time beside compile time).
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
-
-import llvmlite.ir as ir
+from typing import Optional
 
 from .. import loopast as A
 
-F32 = ir.FloatType()
-I64 = ir.IntType(64)
-I32 = ir.IntType(32)
-I1 = ir.IntType(1)
-I8P = ir.IntType(8).as_pointer()
-F32P = F32.as_pointer()
-FAST = ("fast",)
-
 KERNEL_NAME = "tg_kernel"
-_ZERO = ir.Constant(I64, 0)
 
 
 def emit_llvm(program: A.Program, num_threads: int = 0) -> str:
     """The LLVM IR module (text) of ``program``; its entry point is ``void tg_kernel(float*...)``
     taking ``program.buffers`` in order. ``num_threads=0`` lets libgomp choose."""
-    return str(_Emitter(program, num_threads).module)
+    return _Emitter(program, num_threads).text()
+
+
+@dataclass(frozen=True, eq=False)
+class _V:
+    """An SSA value or constant: its type and how an operand spells it."""
+
+    ty: str
+    ref: str
+
+    @property
+    def vector(self) -> bool:
+        return self.ty[0] == "<"
+
+    def __str__(self) -> str:
+        return f"{self.ty} {self.ref}"
+
+
+def _i64(k: int) -> _V:
+    return _V("i64", str(k))
+
+
+def _f32(x: float) -> _V:
+    # LLVM spells a float constant as the hex of the double it widens to, exactly
+    bits = struct.unpack("<Q", struct.pack("<d", struct.unpack("<f", struct.pack("<f", x))[0]))[0]
+    return _V("float", f"0x{bits:016X}")
+
+
+def _vec(width: int, elem: str) -> str:
+    return f"<{width} x {elem}>"
+
+
+def _elem(ty: str) -> str:
+    return ty[ty.index("x ") + 2:-1] if ty[0] == "<" else ty
+
+
+_ZERO = _i64(0)
+_ICMP = {"<": "slt", ">=": "sge", "<=": "sle", "==": "eq"}
+_FOLD = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+         "min": min, "max": max}
+
+
+class _Function:
+    """One function being written: allocas for the entry block, then blocks of lines."""
+
+    def __init__(self, name: str, params: list[str]) -> None:
+        self.name = name
+        self.params = params
+        self.allocas: list[str] = []
+        self.blocks: dict[str, list[str]] = {}
+        self.n = 0
+        self.block = self.new_block("body")
+
+    def new_block(self, hint: str) -> str:
+        label = f"{hint}.b{len(self.blocks)}"
+        self.blocks[label] = []
+        return label
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"%t{self.n}"
+
+    def text(self) -> str:
+        out = [f"define void @\"{self.name}\"({', '.join(self.params)}) {{", "entry:",
+               *self.allocas, f"  br label %{next(iter(self.blocks))}"]
+        for label, lines in self.blocks.items():
+            out.append(f"{label}:")
+            out.extend(lines)
+        out.append("}")
+        return "\n".join(out)
 
 
 @dataclass
 class _Scope:
     """Per-function codegen state."""
 
-    fn: ir.Function
-    builder: ir.IRBuilder
-    entry: ir.IRBuilder  # positioned at the top of the entry block, for allocas
+    fn: _Function
     buffers: dict  # Buffer -> pointer value
+    cur: list  # the lines of the block being written
     env: dict = field(default_factory=dict)  # LoopVar -> i64 value or <W x i64> vector
     width: int = 0  # lanes of the enclosing vectorized loop (0: scalar code)
     vec_var: "A.LoopVar | None" = None
@@ -49,26 +112,38 @@ class _Scope:
     # outer region dominates inner code, one from a finished loop body does not.
     cse: list = field(default_factory=lambda: [{}])
 
+    def emit(self, op: str, ty: str) -> _V:
+        """Append ``%new = op`` and return the new value of type ``ty``."""
+        name = self.fn.fresh()
+        self.cur.append(f"  {name} = {op}")
+        return _V(ty, name)
+
+    def do(self, op: str) -> None:
+        self.cur.append(f"  {op}")
+
+    def goto(self, label: str) -> None:
+        self.fn.block = label
+        self.cur = self.fn.blocks[label]
+
 
 class _Emitter:
     def __init__(self, program: A.Program, num_threads: int) -> None:
         self.program = program
         self.num_threads = num_threads
-        self.module = ir.Module(name=program.name)
-        self._n_outlined = 0
-        self._intrinsics: dict[str, ir.Function] = {}
+        self.functions: list[_Function] = []
+        self.declares: dict[str, str] = {}
         # Per-node caches, keyed by id: each entry holds its node, so no id is reused while the
         # emitter (and so the cache) lives.
         self._flat_cache: dict[int, tuple[A.Node, A.Expr]] = {}
         self._vars_cache: dict[int, tuple[A.Node, tuple]] = {}
-        buffers = program.buffers
-        fnty = ir.FunctionType(ir.VoidType(), [F32P] * len(buffers))
-        fn = ir.Function(self.module, fnty, KERNEL_NAME)
-        for arg in fn.args:
-            arg.add_attribute("noalias")
-        scope = self._new_scope(fn, dict(zip(buffers, fn.args)))
-        self.stmt(program.body, scope)
-        scope.builder.ret_void()
+        self._coeff_cache: dict[tuple[int, int], tuple[A.Node, "int | None"]] = {}
+        self._leaf_cache: dict[int, tuple[A.Node, bool]] = {}
+        sc = self._new_scope(KERNEL_NAME, [])
+        self.stmt(program.body, sc)
+        sc.do("ret void")
+
+    def text(self) -> str:
+        return "\n\n".join([*self.declares.values(), *(f.text() for f in self.functions)]) + "\n"
 
     # ------------------------------------------------------------ scaffolding
 
@@ -88,18 +163,34 @@ class _Emitter:
             hit = self._vars_cache[id(e)] = (e, found)
         return hit[1]
 
-    def _new_scope(self, fn: ir.Function, buffers: dict) -> _Scope:
-        entry = fn.append_basic_block("entry")
-        body = fn.append_basic_block("body")
-        eb = ir.IRBuilder(entry)
-        eb.branch(body)
-        eb.position_at_start(entry)
-        return _Scope(fn, ir.IRBuilder(body), eb, buffers)
+    def _coeff(self, flat: A.Expr, var: A.LoopVar) -> "int | None":
+        """``A.linear_coeff``, once per (index, variable)."""
+        key = (id(flat), id(var))
+        hit = self._coeff_cache.get(key)
+        if hit is None:
+            hit = self._coeff_cache[key] = ((flat, var), A.linear_coeff(flat, var))
+        return hit[1]
 
-    def _declare(self, name: str, ret: ir.Type, args: list) -> ir.Function:
-        if name not in self._intrinsics:
-            self._intrinsics[name] = ir.Function(self.module, ir.FunctionType(ret, args), name)
-        return self._intrinsics[name]
+    def _innermost(self, s: A.For) -> bool:
+        """Whether no loop is nested in ``s``."""
+        hit = self._leaf_cache.get(id(s))
+        if hit is None:
+            hit = self._leaf_cache[id(s)] = (s, not any(isinstance(n, A.For)
+                                                        for n in A.walk(s.body)))
+        return hit[1]
+
+    def _new_scope(self, name: str, extra_params: list[str]) -> _Scope:
+        """A function taking the program's buffers (noalias pointers) and ``extra_params``."""
+        bufs = self.program.buffers
+        params = [f"ptr noalias %b{j}" for j in range(len(bufs))] + extra_params
+        fn = _Function(name, params)
+        self.functions.append(fn)
+        return _Scope(fn, {buf: _V("ptr", f"%b{j}") for j, buf in enumerate(bufs)},
+                      fn.blocks[fn.block])
+
+    def _declare(self, name: str, ret: str, args: list[str]) -> str:
+        self.declares.setdefault(name, f"declare {ret} @\"{name}\"({', '.join(args)})")
+        return f"@\"{name}\""
 
     # ------------------------------------------------------------ statements
 
@@ -112,166 +203,178 @@ class _Emitter:
         elif isinstance(s, A.Store):
             self.store(s, sc)
         elif isinstance(s, A.Allocate):
-            ty = ir.ArrayType(F32, s.buffer.size)
-            ptr = sc.entry.alloca(ty, name=s.buffer.name)
-            sc.buffers[s.buffer] = sc.entry.bitcast(ptr, F32P)
+            name = f"%{s.buffer.name}.{len(sc.fn.allocas)}"
+            sc.fn.allocas.append(f"  {name} = alloca [{s.buffer.size} x float]")
+            sc.buffers[s.buffer] = _V("ptr", name)
             self.stmt(s.body, sc)
         elif isinstance(s, A.If):
             cond = self.scalar_cond(s.cond, sc)
-            with sc.builder.if_then(cond):
-                sc.cse.append({})
-                self.stmt(s.then, sc)
-                sc.cse.pop()
+            then, end = sc.fn.new_block("if"), sc.fn.new_block("endif")
+            sc.do(f"br i1 {cond.ref}, label %{then}, label %{end}")
+            sc.goto(then)
+            sc.cse.append({})
+            self.stmt(s.then, sc)
+            sc.cse.pop()
+            sc.do(f"br label %{end}")
+            sc.goto(end)
         else:
             raise NotImplementedError(f"LLVM codegen does not handle {type(s).__name__}")
 
     def loop(self, s: A.For, sc: _Scope) -> None:
         if s.kind == "unrolled":
             for k in range(s.extent):
-                sc.env[s.var] = ir.Constant(I64, k)
+                sc.env[s.var] = _i64(k)
                 self.stmt(s.body, sc)
-        elif s.kind == "vectorized" and sc.width == 0 and not any(
-                isinstance(n, A.For) for n in A.walk(s.body)):
-            sc.env[s.var] = ir.Constant(ir.VectorType(I64, s.extent), list(range(s.extent)))
+        elif s.kind == "vectorized" and sc.width == 0 and self._innermost(s):
+            lanes = ", ".join(f"i64 {k}" for k in range(s.extent))
+            sc.env[s.var] = _V(_vec(s.extent, "i64"), f"<{lanes}>")
             sc.width, sc.vec_var = s.extent, s.var
             self.stmt(s.body, sc)
             sc.width, sc.vec_var = 0, None
         elif s.kind == "parallel" and sc.fn.name == KERNEL_NAME and sc.width == 0 and not sc.env:
             self.parallel(s, sc)
         else:
-            self.serial(s.var, ir.Constant(I64, 0), ir.Constant(I64, s.extent), s.body, sc)
+            self.serial(s.var, _ZERO, _i64(s.extent), s.body, sc)
         sc.env.pop(s.var, None)
 
-    def serial(self, var: A.LoopVar, begin, end, body: A.Stmt, sc: _Scope) -> None:
-        b = sc.builder
-        pre = b.block
-        head = b.append_basic_block(f"{var.name}.head")
-        loop = b.append_basic_block(f"{var.name}.loop")
-        done = b.append_basic_block(f"{var.name}.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name=var.name)
-        i.add_incoming(begin, pre)
-        b.cbranch(b.icmp_signed("<", i, end), loop, done)
-        b.position_at_end(loop)
+    def serial(self, var: A.LoopVar, begin: _V, end: _V, body: A.Stmt, sc: _Scope) -> None:
+        fn = sc.fn
+        pre = fn.block
+        head, loop, done = (fn.new_block(f"{var.name}.{part}") for part in ("head", "loop", "done"))
+        sc.do(f"br label %{head}")
+        i = _V("i64", fn.fresh())
+        sc.goto(loop)
         sc.env[var] = i
         sc.cse.append({})
         self.stmt(body, sc)
         sc.cse.pop()
-        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
-        i.add_incoming(nxt, b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        nxt = sc.emit(f"add nsw i64 {i.ref}, 1", "i64")
+        latch = fn.block
+        sc.do(f"br label %{head}")
+        cond = fn.fresh()
+        fn.blocks[head].extend([
+            f"  {i.ref} = phi i64 [{begin.ref}, %{pre}], [{nxt.ref}, %{latch}]",
+            f"  {cond} = icmp slt i64 {i.ref}, {end.ref}",
+            f"  br i1 {cond}, label %{loop}, label %{done}"])
+        sc.goto(done)
 
     def parallel(self, s: A.For, sc: _Scope) -> None:
         """Outline the loop: a body function taking (buffers..., begin, end) with noalias
         pointers, a trampoline that libgomp calls on each thread, and the GOMP_parallel call."""
-        k = self._n_outlined
-        self._n_outlined += 1
-        bufs = list(self.program.buffers)
-        body_ty = ir.FunctionType(ir.VoidType(), [F32P] * len(bufs) + [I64, I64])
-        body_fn = ir.Function(self.module, body_ty, f"{KERNEL_NAME}.par{k}")
-        for arg in body_fn.args[:len(bufs)]:
-            arg.add_attribute("noalias")
-        inner = self._new_scope(body_fn, dict(zip(bufs, body_fn.args)))
-        begin, end = body_fn.args[-2:]
-        self.serial(s.var, begin, end, s.body, inner)
-        inner.builder.ret_void()
+        k = sum(f.name.endswith(".omp") for f in self.functions)
+        n = len(self.program.buffers)
+        body_name = f"{KERNEL_NAME}.par{k}"
+        inner = self._new_scope(body_name, ["i64 %begin", "i64 %end"])
+        self.serial(s.var, _V("i64", "%begin"), _V("i64", "%end"), s.body, inner)
+        inner.do("ret void")
 
-        closure_ty = ir.LiteralStructType([F32P] * len(bufs))
-        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P]),
-                            f"{KERNEL_NAME}.par{k}.omp")
-        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-        closure = tb.bitcast(tramp.args[0], closure_ty.as_pointer())
-        ptrs = [tb.load(tb.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, j)]))
-                for j in range(len(bufs))]
-        nthr = tb.sext(tb.call(self._declare("omp_get_num_threads", I32, []), []), I64)
-        tid = tb.sext(tb.call(self._declare("omp_get_thread_num", I32, []), []), I64)
-        extent = ir.Constant(I64, s.extent)
-        chunk = tb.sdiv(tb.sub(tb.add(extent, nthr), ir.Constant(I64, 1)), nthr)
-        lo = tb.mul(tid, chunk)
-        hi = tb.add(lo, chunk)
-        hi = tb.select(tb.icmp_signed("<", hi, extent), hi, extent)
-        tb.call(body_fn, ptrs + [lo, hi])
-        tb.ret_void()
+        closure = "{" + ", ".join(["ptr"] * n) + "}"
+        tramp = _Function(f"{KERNEL_NAME}.par{k}.omp", ["ptr %closure"])
+        self.functions.append(tramp)
+        tb = _Scope(tramp, {}, tramp.blocks[tramp.block])
+        ptrs = []
+        for j in range(n):
+            slot = tb.emit(f"getelementptr {closure}, ptr %closure, i32 0, i32 {j}", "ptr")
+            ptrs.append(tb.emit(f"load ptr, ptr {slot.ref}", "ptr"))
+        counts = []
+        for name in ("omp_get_num_threads", "omp_get_thread_num"):
+            got = tb.emit(f"call i32 {self._declare(name, 'i32', [])}()", "i32")
+            counts.append(tb.emit(f"sext i32 {got.ref} to i64", "i64"))
+        nthr, tid = counts
+        total = tb.emit(f"add i64 {s.extent}, {nthr.ref}", "i64")
+        chunk = tb.emit(f"sdiv i64 {tb.emit(f'sub i64 {total.ref}, 1', 'i64').ref}, {nthr.ref}",
+                        "i64")
+        lo = tb.emit(f"mul i64 {tid.ref}, {chunk.ref}", "i64")
+        hi = tb.emit(f"add i64 {lo.ref}, {chunk.ref}", "i64")
+        below = tb.emit(f"icmp slt i64 {hi.ref}, {s.extent}", "i1")
+        hi = tb.emit(f"select i1 {below.ref}, i64 {hi.ref}, i64 {s.extent}", "i64")
+        args = ", ".join([*(str(p) for p in ptrs), str(lo), str(hi)])
+        tb.do(f"call void @\"{body_name}\"({args})")
+        tb.do("ret void")
 
-        b = sc.builder
-        data = sc.entry.alloca(closure_ty, name=f"closure{k}")
-        for j, buf in enumerate(bufs):
-            b.store(sc.buffers[buf], b.gep(data, [ir.Constant(I32, 0), ir.Constant(I32, j)]))
-        gomp = self._declare("GOMP_parallel", ir.VoidType(),
-                             [tramp.type, I8P, ir.IntType(32), ir.IntType(32)])
-        b.call(gomp, [tramp, b.bitcast(data, I8P), ir.Constant(I32, self.num_threads),
-                      ir.Constant(I32, 0)])
+        data = f"%closure{k}"
+        sc.fn.allocas.append(f"  {data} = alloca {closure}")
+        for j, buf in enumerate(self.program.buffers):
+            slot = sc.emit(f"getelementptr {closure}, ptr {data}, i32 0, i32 {j}", "ptr")
+            sc.do(f"store ptr {sc.buffers[buf].ref}, ptr {slot.ref}")
+        gomp = self._declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        sc.do(f"call void {gomp}(ptr @\"{tramp.name}\", ptr {data}, i32 {self.num_threads}, "
+              "i32 0)")
 
     def store(self, s: A.Store, sc: _Scope) -> None:
-        b = sc.builder
         value = self.value(s.value, sc, None)
         flat = self._flat(s)
-        base = sc.buffers[s.buffer]
+        base = sc.buffers[s.buffer].ref
         if sc.width == 0:
-            b.store(value, b.gep(base, [self.index(flat, sc)], inbounds=True))
+            ptr = self._gep(base, self.index(flat, sc), sc)
+            sc.do(f"store {value}, ptr {ptr.ref}")
             return
-        coeff = A.linear_coeff(flat, sc.vec_var)
+        coeff = self._coeff(flat, sc.vec_var)
         value = self.broadcast(value, sc)
         if coeff == 1:
-            ptr = b.gep(base, [self.uniform_index(flat, sc)], inbounds=True)
-            b.store(value, b.bitcast(ptr, value.type.as_pointer()), align=4)
+            ptr = self._gep(base, self.uniform_index(flat, sc), sc)
+            sc.do(f"store {value}, ptr {ptr.ref}, align 4")
         else:  # scatter lane by lane (lanes of a stride-0 store overwrite in order)
-            idx = self.broadcast(self.index(flat, sc), sc, I64)
+            idx = self.broadcast(self.index(flat, sc), sc)
             for lane in range(sc.width):
-                ptr = b.gep(base, [b.extract_element(idx, ir.Constant(I32, lane))], inbounds=True)
-                b.store(b.extract_element(value, ir.Constant(I32, lane)), ptr)
+                ptr = self._gep(base, self._extract(idx, lane, sc), sc)
+                sc.do(f"store {self._extract(value, lane, sc)}, ptr {ptr.ref}")
 
     # ------------------------------------------------------------ expressions
 
-    def index(self, e: A.Expr, sc: _Scope):
+    def index(self, e: A.Expr, sc: _Scope) -> _V:
         """An integer expression: i64, or <W x i64> if it depends on the vectorized loop."""
         if isinstance(e, A.IntImm):
-            return ir.Constant(I64, e.value)
+            return _i64(e.value)
         if isinstance(e, A.LoopVar):
             return sc.env[e]
-        inputs = tuple(sc.env[v] for v in self._vars_of(e))
-        key = (id(e),) + tuple(map(id, inputs))
+        inputs = tuple(sc.env[v].ref for v in self._vars_of(e))
+        key = (id(e), inputs)
         for cache in reversed(sc.cse):
             if key in cache:
                 return cache[key][0]
         value = self._index(e, sc)
-        sc.cse[-1][key] = (value, e, inputs)  # holding e and inputs keeps their ids unique
+        sc.cse[-1][key] = (value, e)  # holding e keeps its id unique
         return value
 
-    def _index(self, e: A.Expr, sc: _Scope):
-        b = sc.builder
-        if isinstance(e, A.IntImm):
-            return ir.Constant(I64, e.value)
-        if isinstance(e, A.LoopVar):
-            return sc.env[e]
-        if isinstance(e, A.BinOp):
-            x, y = self.index(e.a, sc), self.index(e.b, sc)
-            if isinstance(x.type, ir.VectorType) != isinstance(y.type, ir.VectorType):
-                x, y = self.broadcast(x, sc, x.type), self.broadcast(y, sc, y.type)
-            op = e.op
-            if op == "+":
-                return b.add(x, y)
-            if op == "-":
-                return b.sub(x, y)
-            if op == "*":
-                return b.mul(x, y)
-            if op == "//":  # operands are non-negative in lowered programs
-                return b.sdiv(x, y)
-            if op == "%":
-                return b.srem(x, y)
-            if op in ("<", ">=", "<=", "=="):
-                return b.icmp_signed(op, x, y)
-            if op == "&&":
-                return b.and_(x, y)
-            if op == "min":
-                return b.select(b.icmp_signed("<", x, y), x, y)
-            if op == "max":
-                return b.select(b.icmp_signed(">", x, y), x, y)
+    def _index(self, e: A.Expr, sc: _Scope) -> _V:
+        if not isinstance(e, A.BinOp):
+            raise NotImplementedError(f"index expression {e!r}")
+        x, y = self.index(e.a, sc), self.index(e.b, sc)
+        op = e.op
+        if not x.vector and not y.vector and x.ref.lstrip("-").isdigit() \
+                and y.ref.lstrip("-").isdigit():
+            folded = self._fold(op, int(x.ref), int(y.ref))
+            if folded is not None:
+                return folded
+        if x.vector != y.vector:
+            x, y = self.broadcast(x, sc), self.broadcast(y, sc)
+        ty = x.ty
+        if op in ("+", "-", "*", "//", "%"):
+            inst = {"+": "add", "-": "sub", "*": "mul", "//": "sdiv", "%": "srem"}[op]
+            return sc.emit(f"{inst} {x}, {y.ref}", ty)  # operands are non-negative
+        bools = ty.replace(_elem(ty), "i1")
+        if op in _ICMP:
+            return sc.emit(f"icmp {_ICMP[op]} {x}, {y.ref}", bools)
+        if op == "&&":
+            return sc.emit(f"and {x}, {y.ref}", ty)
+        if op in ("min", "max"):
+            pick = sc.emit(f"icmp {'slt' if op == 'min' else 'sgt'} {x}, {y.ref}", bools)
+            return sc.emit(f"select {pick}, {x}, {y}", ty)
         raise NotImplementedError(f"index expression {e!r}")
 
-    def uniform_index(self, e: A.Expr, sc: _Scope):
+    @staticmethod
+    def _fold(op: str, x: int, y: int) -> Optional[_V]:
+        if op in _FOLD:
+            return _i64(_FOLD[op](x, y))
+        if op in _ICMP:
+            truth = {"<": x < y, ">=": x >= y, "<=": x <= y, "==": x == y}[op]
+            return _V("i1", "true" if truth else "false")
+        if op in ("//", "%") and x >= 0 and y > 0:  # sdiv/srem agree with Python here
+            return _i64(x // y if op == "//" else x % y)
+        return None
+
+    def uniform_index(self, e: A.Expr, sc: _Scope) -> _V:
         """``e`` with the vectorized variable set to 0: the scalar base of a vector access."""
         saved = sc.env[sc.vec_var]
         sc.env[sc.vec_var] = _ZERO
@@ -280,91 +383,103 @@ class _Emitter:
         finally:
             sc.env[sc.vec_var] = saved
 
-    def scalar_cond(self, e: A.Expr, sc: _Scope):
+    def scalar_cond(self, e: A.Expr, sc: _Scope) -> _V:
         c = self.index(e, sc)
-        if isinstance(c.type, ir.VectorType):
+        if c.vector:
             raise NotImplementedError("If with a per-lane condition")
         return c
 
-    def value(self, e: A.Expr, sc: _Scope, mask):
+    def value(self, e: A.Expr, sc: _Scope, mask: Optional[_V]) -> _V:
         """A float expression; ``mask`` (i1 or <W x i1>) guards the loads it contains."""
-        b = sc.builder
         if isinstance(e, A.FloatImm):
-            return ir.Constant(F32, e.value)
+            return _f32(e.value)
         if isinstance(e, A.Load):
             return self.load(e, sc, mask)
         if isinstance(e, A.Select):
             cond = self.index(e.cond, sc)
-            inner = cond if mask is None else b.and_(*self._same_shape(mask, cond, sc))
+            inner = cond if mask is None else self._and(*self._same_shape(mask, cond, sc), sc)
             t = self.value(e.true_value, sc, inner)
             f = self.value(e.false_value, sc, mask)
-            if isinstance(cond.type, ir.VectorType):
+            if cond.vector or t.vector or f.vector:
                 t, f = self.broadcast(t, sc), self.broadcast(f, sc)
-            elif isinstance(t.type, ir.VectorType) or isinstance(f.type, ir.VectorType):
-                t, f = self.broadcast(t, sc), self.broadcast(f, sc)
-            return b.select(cond, t, f)
-        if isinstance(e, A.BinOp):
+            if cond.ref in ("true", "false"):
+                return t if cond.ref == "true" else f
+            return sc.emit(f"select {cond}, {t}, {f}", t.ty)
+        if isinstance(e, A.BinOp) and e.op in ("+", "*", "-"):
             x, y = self.value(e.a, sc, mask), self.value(e.b, sc, mask)
-            if isinstance(x.type, ir.VectorType) != isinstance(y.type, ir.VectorType):
+            if x.vector != y.vector:
                 x, y = self.broadcast(x, sc), self.broadcast(y, sc)
-            if e.op == "+":
-                return b.fadd(x, y, flags=FAST)
-            if e.op == "*":
-                return b.fmul(x, y, flags=FAST)
-            if e.op == "-":
-                return b.fsub(x, y, flags=FAST)
+            inst = {"+": "fadd", "*": "fmul", "-": "fsub"}[e.op]
+            return sc.emit(f"{inst} fast {x}, {y.ref}", x.ty)
         raise NotImplementedError(f"value expression {e!r}")
 
-    def load(self, e: A.Load, sc: _Scope, mask):
-        b = sc.builder
-        base = sc.buffers[e.buffer]
+    def load(self, e: A.Load, sc: _Scope, mask: Optional[_V]) -> _V:
+        base = sc.buffers[e.buffer].ref
         flat = self._flat(e)
-        coeff = A.linear_coeff(flat, sc.vec_var) if sc.width else 0
+        coeff = self._coeff(flat, sc.vec_var) if sc.width else 0
+        if mask is not None and mask.ref == "true":
+            mask = None
         if coeff == 0:  # one address for all lanes
             idx = self.uniform_index(flat, sc) if sc.width else self.index(flat, sc)
             if mask is not None:
-                idx = b.select(self._any(mask, sc), idx, ir.Constant(I64, 0))
-            return b.load(b.gep(base, [idx], inbounds=True))
-        vty = ir.VectorType(F32, sc.width)
+                idx = sc.emit(f"select {self._any(mask, sc)}, {idx}, i64 0", "i64")
+            return sc.emit(f"load float, ptr {self._gep(base, idx, sc).ref}", "float")
+        vty = _vec(sc.width, "float")
         if coeff == 1:
-            ptr = b.bitcast(b.gep(base, [self.uniform_index(flat, sc)], inbounds=True),
-                            vty.as_pointer())
+            ptr = self._gep(base, self.uniform_index(flat, sc), sc)
             if mask is None:
-                return b.load(ptr, align=4)
-            mask = self.broadcast(mask, sc, I1)
+                return sc.emit(f"load {vty}, ptr {ptr.ref}, align 4", vty)
+            mask = self.broadcast(mask, sc)
             fn = self._declare(f"llvm.masked.load.v{sc.width}f32.p0", vty,
-                               [vty.as_pointer(), I32, mask.type, vty])
-            return b.call(fn, [ptr, ir.Constant(I32, 4), mask, ir.Constant(vty, None)])
-        idx = self.broadcast(self.index(flat, sc), sc, I64)
-        out = ir.Constant(vty, None)
+                               ["ptr", "i32", mask.ty, vty])
+            return sc.emit(f"call {vty} {fn}(ptr {ptr.ref}, i32 4, {mask}, {vty} zeroinitializer)",
+                           vty)
+        idx = self.broadcast(self.index(flat, sc), sc)
+        out = _V(vty, "zeroinitializer")
         for lane in range(sc.width):
-            li = b.extract_element(idx, ir.Constant(I32, lane))
+            li = self._extract(idx, lane, sc)
             if mask is not None:
-                m = mask if not isinstance(mask.type, ir.VectorType) else \
-                    b.extract_element(mask, ir.Constant(I32, lane))
-                li = b.select(m, li, ir.Constant(I64, 0))
-            out = b.insert_element(out, b.load(b.gep(base, [li], inbounds=True)),
-                                   ir.Constant(I32, lane))
+                m = self._extract(mask, lane, sc) if mask.vector else mask
+                li = sc.emit(f"select {m}, {li}, i64 0", "i64")
+            elem = sc.emit(f"load float, ptr {self._gep(base, li, sc).ref}", "float")
+            out = sc.emit(f"insertelement {out}, {elem}, i32 {lane}", vty)
         return out
 
-    # ------------------------------------------------------------ vector helpers
+    # ------------------------------------------------------------ helpers
 
-    def broadcast(self, v, sc: _Scope, elem: ir.Type = F32):
-        if isinstance(v.type, ir.VectorType) or sc.width == 0:
+    @staticmethod
+    def _gep(base: str, idx: _V, sc: _Scope) -> _V:
+        return sc.emit(f"getelementptr inbounds float, ptr {base}, {idx}", "ptr")
+
+    @staticmethod
+    def _extract(v: _V, lane: int, sc: _Scope) -> _V:
+        return sc.emit(f"extractelement {v}, i32 {lane}", _elem(v.ty))
+
+    def _and(self, x: _V, y: _V, sc: _Scope) -> _V:
+        if x.ref == "true" or y.ref == "false":
+            return y
+        if y.ref == "true" or x.ref == "false":
+            return x
+        return sc.emit(f"and {x}, {y.ref}", x.ty)
+
+    def broadcast(self, v: _V, sc: _Scope) -> _V:
+        if v.vector or sc.width == 0:
             return v
-        b = sc.builder
-        vty = ir.VectorType(v.type, sc.width)
-        one = b.insert_element(ir.Constant(vty, None), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(vty, None),
-                                ir.Constant(ir.VectorType(I32, sc.width), [0] * sc.width))
+        vty = _vec(sc.width, v.ty)
+        if v.ref in ("true", "false") or v.ref.lstrip("-").isdigit() or v.ref.startswith("0x"):
+            return _V(vty, "<" + ", ".join([str(v)] * sc.width) + ">")
+        one = sc.emit(f"insertelement {vty} poison, {v}, i32 0", vty)
+        return sc.emit(f"shufflevector {one}, {vty} poison, {_vec(sc.width, 'i32')} "
+                       "zeroinitializer", vty)
 
-    def _same_shape(self, x, y, sc: _Scope):
-        if isinstance(x.type, ir.VectorType) != isinstance(y.type, ir.VectorType):
-            return self.broadcast(x, sc, I1), self.broadcast(y, sc, I1)
+    def _same_shape(self, x: _V, y: _V, sc: _Scope) -> tuple[_V, _V]:
+        if x.vector != y.vector:
+            return self.broadcast(x, sc), self.broadcast(y, sc)
         return x, y
 
-    def _any(self, mask, sc: _Scope):
-        if not isinstance(mask.type, ir.VectorType):
+    @staticmethod
+    def _any(mask: _V, sc: _Scope) -> _V:
+        if not mask.vector:
             return mask
-        bits = sc.builder.bitcast(mask, ir.IntType(sc.width))
-        return sc.builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(sc.width), 0))
+        bits = sc.emit(f"bitcast {mask} to i{sc.width}", f"i{sc.width}")
+        return sc.emit(f"icmp ne {bits}, 0", "i1")
