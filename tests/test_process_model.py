@@ -150,6 +150,57 @@ def test_timed_runs_exclude_each_other_and_builds(tmp_path):
     b.close()
 
 
+HOLD = textwrap.dedent("""
+    import os, sys, time
+    from tensorgym.hardware.host import DeviceLock
+    directory, mode, tag = sys.argv[1:4]
+    lock = DeviceLock("host", directory)
+    with (lock.exclusive() if mode == "ex" else lock.shared()):
+        with open(os.path.join(directory, "order"), "a") as f:
+            f.write(tag + "\\n")
+        while tag == "A" and not os.path.exists(os.path.join(directory, "release")):
+            time.sleep(0.01)
+""")
+
+
+def test_a_waiting_timer_goes_before_later_builds(tmp_path):
+    """flock alone lets new shared holders in while an exclusive one waits: overlapping builds
+    of several processes could starve a timer for minutes."""
+    import fcntl
+
+    def start(mode, tag):
+        return subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), mode, tag])
+
+    def wait_for(pred, seconds=60):
+        end = time.monotonic() + seconds
+        while not pred() and time.monotonic() < end:
+            time.sleep(0.01)
+        return pred()
+
+    order = tmp_path / "order"
+    a = start("sh", "A")  # a build, held until told
+    assert wait_for(lambda: order.exists() and order.read_text() == "A\n")
+    b = start("ex", "B")  # a timer: waits for A
+
+    def turnstile_taken():
+        fd = os.open(tmp_path / "host.turn", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    assert wait_for(turnstile_taken)  # B waits, holding the turnstile
+    c = start("sh", "C")  # a later build
+    wait_for(lambda: "C" in order.read_text(), seconds=2)  # (it must not get in)
+    (tmp_path / "release").touch()
+    for p in (a, b, c):
+        assert p.wait(60) == 0
+    assert order.read_text().split() == ["A", "B", "C"]
+
 TIME_SOME = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -33,23 +33,39 @@ class DeviceLock:
     Timing a kernel holds it exclusively, so no two timed runs overlap on one device (two
     ``tensorgym tune`` processes, an async vector env). Building holds the host CPU's lock shared:
     builds run side by side, but never while a kernel is being timed on the same cores.
+
+    A waiting timer goes first: ``flock`` grants a shared lock while an exclusive one waits, so
+    builds of several processes that overlap could hold the timer off for minutes. Every
+    acquisition therefore passes a turnstile (a second lock file, held exclusively only while
+    acquiring the first); a timer keeps the turnstile until it has the lock, so new builds wait
+    behind it while running ones finish.
     """
 
     def __init__(self, device: str, directory: "str | os.PathLike | None" = None) -> None:
         root = Path(directory or Path(platformdirs.user_cache_dir("tensorgym")) / "locks")
         root.mkdir(parents=True, exist_ok=True)
         self.path = root / (re.sub(r"[^A-Za-z0-9._-]+", "_", device)[:200] + ".lock")
-        self._fd = -1
+        self._fd = self._turn_fd = -1
 
     def _file(self) -> int:
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         return self._fd
 
+    def _turnstile(self) -> int:
+        if self._turn_fd < 0:
+            self._turn_fd = os.open(self.path.with_suffix(".turn"),
+                                    os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        return self._turn_fd
+
     @contextmanager
     def _held(self, mode: int) -> Iterator[None]:
-        fd = self._file()
-        fcntl.flock(fd, mode)
+        fd, turn = self._file(), self._turnstile()
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, mode)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
         try:
             yield
         finally:
@@ -62,9 +78,10 @@ class DeviceLock:
         return self._held(fcntl.LOCK_SH)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        for fd in (self._fd, self._turn_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._turn_fd = -1
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_fd": -1}
+        return {"path": self.path, "_fd": -1, "_turn_fd": -1}
