@@ -139,20 +139,62 @@ class Barrier(Node):
 Stmt = Union[For, Store, Seq, Allocate, If, Barrier]
 
 
+@dataclass(frozen=True)
+class PackedLayout:
+    """An input that the kernel reads in a blocked layout made once ahead of time, as inference
+    compilers pre-pack weights: dimension ``dim`` of the workload's array is split into blocks of
+    ``block``; the block number becomes the first dimension and the offset in the block the last,
+    the other dimensions keep their order in between. An OIHW weight with ``PackedLayout(0, 16)``
+    becomes ``[O/16][I][H][W][16]``; a ``[K][N]`` matrix with ``PackedLayout(1, 16)`` becomes
+    ``[N/16][K][16]`` (contiguous panels of 16 columns)."""
+
+    dim: int
+    block: int
+
+    def packed_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if shape[self.dim] % self.block:
+            raise ValueError(f"dimension {self.dim} of {shape} is not a multiple of {self.block}")
+        rest = tuple(s for d, s in enumerate(shape) if d != self.dim)
+        return (shape[self.dim] // self.block, *rest, self.block)
+
+    def apply(self, array: Any) -> Any:
+        """The packed copy of ``array`` (a NumPy array in the workload's layout), C-contiguous."""
+        shape = tuple(array.shape)
+        self.packed_shape(shape)  # checks the block divides the dimension
+        split = shape[:self.dim] + (shape[self.dim] // self.block, self.block) + shape[self.dim + 1:]
+        nd = len(shape)
+        order = (self.dim, *[d if d < self.dim else d + 1 for d in range(nd) if d != self.dim],
+                 self.dim + 1)
+        return array.reshape(split).transpose(order).copy(order="C")
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A lowered kernel: ``args`` are the inputs then the output; ``workspaces`` are global
-    scratch buffers the caller allocates (e.g. a materialised padding stage)."""
+    scratch buffers the caller allocates (e.g. a materialised padding stage). ``input_layouts``
+    (one entry per input, or empty when none is packed) says which inputs the kernel takes in a
+    :class:`PackedLayout`; their ``args`` have the packed shape, and every runtime packs the
+    workload's arrays before the kernel gets them (:meth:`pack_inputs`)."""
 
     name: str
     args: tuple[Buffer, ...]
     workspaces: tuple[Buffer, ...]
     body: Stmt
     launch: dict = field(default_factory=dict)  # GPU: {"grid": (x,y,z), "block": (x,y,z)}
+    input_layouts: tuple = ()  # tuple of PackedLayout | None, one per input
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
         return self.args + self.workspaces
+
+    def layout_of(self, i: int) -> "PackedLayout | None":
+        """The packed layout of input ``i``, None for the workload's own."""
+        return self.input_layouts[i] if i < len(self.input_layouts) else None
+
+    def pack_inputs(self, inputs: Any) -> list:
+        """The workload's input arrays as the kernel takes them (packed where a layout says)."""
+        return [a if self.layout_of(i) is None else self.layout_of(i).apply(a)
+                for i, a in enumerate(inputs)]
 
     def __str__(self) -> str:
         return format_program(self)
@@ -430,6 +472,9 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
 def format_program(p: Program) -> str:
     sig = ", ".join(f"{b.name}{list(b.shape)}" for b in p.buffers)
     head = [f"def {p.name}({sig}):"]
+    for b, layout in zip(p.args, p.input_layouts):
+        if layout is not None:
+            head.append(f"  # {b.name}: packed ahead of time, {layout}")
     if p.launch:
         head.append(f"  # launch {p.launch}")
     return "\n".join(head + format_stmt(p.body, 1))

@@ -43,6 +43,9 @@ class Knob:
     name: str
     options: tuple[Any, ...]
     kind: str = "other"  # split | reorder | annotate | other
+    # added to its template after configs were recorded: a config without it means options[0]
+    # (the template's behaviour before the knob), so older records stay readable
+    added: bool = False
 
     def __post_init__(self) -> None:
         if not self.options:
@@ -72,8 +75,8 @@ def annotate_knob(name: str, choices: Sequence[str]) -> Knob:
     return Knob(name, tuple(choices), "annotate")
 
 
-def other_knob(name: str, values: Sequence[Any]) -> Knob:
-    return Knob(name, tuple(values), "other")
+def other_knob(name: str, values: Sequence[Any], added: bool = False) -> Knob:
+    return Knob(name, tuple(values), "other", added)
 
 
 def is_int(v: Any) -> bool:
@@ -244,6 +247,8 @@ class ConfigSpace:
         return self.from_choices(choices[::-1])
 
     def from_values(self, values: dict[str, Any]) -> Config:
+        if any(k.added and k.name not in values for k in self.knobs):
+            values = {**{k.name: k.options[0] for k in self.knobs if k.added}, **values}
         missing = [k.name for k in self.knobs if k.name not in values]
         extra = [n for n in values if n not in {k.name for k in self.knobs}]
         if missing or extra:

@@ -61,7 +61,7 @@ def test_vectorized_padding_uses_masked_loads():
     space = space_for(w, "cpu")
     c = space.from_values(dict(space.sample(np.random.default_rng(0), 1)[0].values,
                                inline_pad=1, vectorize="inner", reorder=("S1", "R0", "R1", "S2"),
-                               tile_ow=(1, 1, 10)))
+                               tile_ow=(1, 1, 10), vector_axis="ow"))
     src = RT.render(lower(w, c))
     assert "llvm.masked.load" in src
     assert run_config(w, c)[1] <= tolerance(w)

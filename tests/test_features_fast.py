@@ -47,12 +47,45 @@ def test_fast_rows_equal_lowering_rows_on_small_shapes(w, target):
     _assert_fast_equals_lowering(w, configs)
 
 
+@pytest.mark.parametrize("name", ["conv2d-C1", "conv2d-C7", "conv2d-C8", "matmul-1024",
+                                  "conv2d:1,4,9,9,8,3,2,1"])
+def test_fast_rows_equal_lowering_rows_with_the_vendor_class_knobs(name):
+    """Output channels in the vector lanes and packed operands (a 5-D weight, B panels), in
+    every combination, under random tiles, orders, fused parallel loops and unrolling."""
+    w = get_workload(name)
+    space = space_for(w, "cpu")
+    names = [k for k in ("vector_axis", "pack_weight", "pack_b") if k in
+             {kn.name for kn in space.knobs}]
+    options = [space.knob(k).options for k in names]
+    configs = []
+    for i, c in enumerate(space.sample(np.random.default_rng(21), 200)):
+        pick = {k: opts[(i >> j) % len(opts)] for j, (k, opts) in enumerate(zip(names, options))}
+        configs.append(space.from_values(dict(c.values, **pick)))
+    _assert_fast_equals_lowering(w, configs)
+
+
+def test_features_tell_the_vector_axis_and_the_packed_weight_apart():
+    w = get_workload("conv2d-C7")
+    space = space_for(w, "cpu")
+    base = dict(space.sample(np.random.default_rng(2), 1)[0].values, tile_oc=(8, 2, 16),
+                tile_ow=(1, 2, 7), vectorize="inner", reorder=("S1", "R0", "R1", "S2"))
+    configs = [space.from_values(dict(base, vector_axis=a, pack_weight=p))
+               for a in ("ow", "oc") for p in (0, 1)]
+    context = featurize(w, configs, "context", fast=False)
+    assert len({r.tobytes() for r in context}) == 4  # strides show the packed layout
+    relation = featurize(w, configs, "relation", fast=False)
+    # footprints and reuse show where the vector loop is (packing moves no footprint, and
+    # relation rows have no stride pair: they do not tell a packed weight from a plain one)
+    assert not np.array_equal(relation[0], relation[2])
+
+
 def test_nests_deeper_than_max_loops_are_truncated_alike():
     w = conv2d(4, 8, 8, 8, 8, 3, 1, 1)
     space = space_for(w, "cpu")
     base = dict(tile_n=(1, 2, 2), tile_oc=(2, 2, 2), tile_oh=(2, 2, 2), tile_ow=(2, 2, 2),
                 tile_rc=(2, 4), tile_ry=(3, 1), tile_rx=(3, 1), reorder=("R0", "S1", "R1", "S2"),
-                vectorize="inner", unroll_max_step=0, parallel=0, cache_write=1, inline_pad=0)
+                vectorize="inner", unroll_max_step=0, parallel=0, cache_write=1, inline_pad=0,
+                vector_axis="ow", pack_weight=0)
     configs = [space.from_values(dict(base, parallel=p, unroll_max_step=u))
                for p in (0, 1, 2) for u in (0, 16, 512)]
     assert summarize(lower(w, configs[0])).context.shape[0] > MAX_LOOPS

@@ -10,10 +10,15 @@ def test_lowering_is_pure_and_printable():
     w = get_workload("conv2d-C6")
     space = space_for(w, "cpu")
     c = space.sample(np.random.default_rng(0), 1)[0]
-    a, b = str(lower(w, c)), str(lower(w, c))
-    assert a == b
-    assert a.startswith("def conv2d_kernel(data[1, 128, 28, 28], weight[128, 128, 3, 3]")
-    assert "for " in a and "conv[" in a
+    for pack in (0, 1):
+        c = space.from_values(dict(c.values, pack_weight=pack))
+        a, b = str(lower(w, c)), str(lower(w, c))
+        assert a == b
+        oc_block = c["tile_oc"][-1]
+        weight = (f"weight[{128 // oc_block}, 128, 3, 3, {oc_block}]" if pack
+                  else "weight[128, 128, 3, 3]")
+        assert a.startswith(f"def conv2d_kernel(data[1, 128, 28, 28], {weight}")
+        assert "for " in a and "conv[" in a
 
 
 def test_loop_extents_cover_the_iteration_space():

@@ -145,3 +145,19 @@ def test_lowering_dispatches_on_the_config_s_space():
     hand_made = ConfigSpace("conv2d/cpu", space_for(a, "cpu").knobs)
     with pytest.raises(InvalidConfigError, match="no template's space"):
         lower(a, hand_made.get(0))
+
+
+def test_a_config_recorded_before_a_knob_was_added_means_its_first_option():
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import get_workload
+
+    space = space_for(get_workload("conv2d-C6"), "cpu")
+    added = [k for k in space.knobs if k.added]
+    assert {k.name for k in added} == {"vector_axis", "pack_weight"}
+    config = space.sample(np.random.default_rng(0), 1)[0]
+    old = {k: v for k, v in config.values.items() if k not in {a.name for a in added}}
+    again = space.from_values(old)
+    assert all(again.values[k.name] == k.options[0] for k in added)
+    assert {k: again.values[k] for k in old} == old
+    with pytest.raises(InvalidConfigError):  # only added knobs may be missing
+        space.from_values({k: v for k, v in old.items() if k != "reorder"})

@@ -1,10 +1,11 @@
 """The CPU template's loop nest for a batch of configs: ``lower/cpu.py`` with arrays for numbers.
 
-Configs are grouped by loop order (the ``reorder`` knob); inside a group every other knob is a
-per-config array: tile factors, the fused parallel loop, vectorize and unroll in loop kinds,
-``cache_write`` and ``inline_pad`` in which statements, accesses and buffers exist, and where the
-register block starts (the first reduction loop that exists) in which of two copies of a loop
-exists.
+Configs are grouped by loop order (the ``reorder`` and ``vector_axis`` knobs) and by whether an
+operand is packed (``pack_weight`` / ``pack_b``: the buffer's rank); inside a group every other
+knob is a per-config array: tile factors (and so the packed block), the fused parallel loop,
+vectorize and unroll in loop kinds, ``cache_write`` and ``inline_pad`` in which statements,
+accesses and buffers exist, and where the register block starts (the first reduction loop that
+exists) in which of two copies of a loop exists.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from .. import te
 from ..lower.cpu import MAX_VECTOR_LANES
 from ..space import Config
+from ..templates.cpu import PACKABLE
 from ..templates.gpu import operands
 from ..workloads import Workload
 from .nest import (KIND, Buf, Div, Mod, Nest, Stmt, Unsupported, Var, _prefix, access, buffer,
@@ -44,25 +46,33 @@ def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.n
              "parallel": np.array([v["parallel"] for v in values], np.int64),
              "cache_write": np.array([bool(v.get("cache_write", 0)) for v in values]),
              "inline": np.array([bool(v.get("inline_pad", 1)) for v in values])}
+    pack_knob = PACKABLE[workload.op][2] if workload.op in PACKABLE else None
+    names = {ax.name for ax in spatial}
     orders: dict[tuple, list[int]] = {}
     for i, v in enumerate(values):
-        orders.setdefault(tuple(v["reorder"]), []).append(i)
+        vector_axis = v.get("vector_axis")
+        if vector_axis is not None and vector_axis not in names:
+            raise Unsupported(f"vector_axis {vector_axis!r} is no tiled axis of {workload.label}")
+        key = (tuple(v["reorder"]), vector_axis, bool(pack_knob and v.get(pack_knob, 0)))
+        orders.setdefault(key, []).append(i)
     out = []
-    for order, idx in orders.items():
+    for (order, vector_axis, packed), idx in orders.items():
         if sorted(order) != sorted(TILE_GROUPS):
             raise Unsupported(f"reorder {order} is not an order of {TILE_GROUPS}")
         idx = np.array(idx)
         cpu = _CpuNest(workload, order, spatial, reduce, {ax: f[idx] for ax, f in factors.items()},
-                       {k: v[idx] for k, v in knobs.items()})
+                       {k: v[idx] for k, v in knobs.items()}, vector_axis, packed)
         out.append((idx, cpu.build()))
     return out
 
 
 class _CpuNest:
     def __init__(self, workload: Workload, order: tuple, spatial: list, reduce: list,
-                 factors: dict, knobs: dict) -> None:
+                 factors: dict, knobs: dict, vector_axis: "str | None" = None,
+                 packed: bool = False) -> None:
         self.w, self.spatial, self.reduce = workload, spatial, reduce
         self.f, self.knobs = factors, knobs
+        self.packed = packed
         self.n = n = len(knobs["parallel"])
         # the leading outer loops that exist are fused into one parallel loop
         present = [factors[ax][:, 0] > 1 for ax in spatial]
@@ -78,6 +88,8 @@ class _CpuNest:
         # groups between the two reduction groups are outside it when the first has no loop,
         # so their loops get two places, each where the other is not
         groups = {f"S{lv}": [TileLoop(ax, lv) for ax in spatial] for lv in range(3)}
+        # the vector axis's register-tile loop goes innermost in its group
+        groups["S2"].sort(key=lambda lp: lp.axis.name == vector_axis)
         groups.update({f"R{lv}": [TileLoop(ax, lv) for ax in reduce] for lv in range(2)})
         r1, r2 = (order.index(g) for g in order if g[0] == "R")
         from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
@@ -110,11 +122,17 @@ class _CpuNest:
             return affine, opaque
         return {v: c * k for v, k in affine.items()}, [(c * k, e, on) for k, e, on in opaque]
 
-    def _axis_index(self, ax) -> tuple[dict, list]:
+    def block_index(self, ax) -> tuple[tuple[dict, list], tuple[dict, list]]:
+        """``lower/common.block_index``: the index of ``ax`` split at its register tile, as
+        (which block, the offset in it)."""
+        return self._axis_index(ax, levels=range(2)), self._axis_index(ax, levels=(2,))
+
+    def _axis_index(self, ax, levels=None) -> tuple[dict, list]:
         f = self.f[ax]
         affine, opaque = {}, []
-        for level in range(f.shape[1]):
-            coeff = np.prod(f[:, level + 1:], axis=1)
+        block = f[:, -1] if levels is not None and 2 not in levels else 1
+        for level in range(f.shape[1]) if levels is None else levels:
+            coeff = np.prod(f[:, level + 1:], axis=1) // block
             affine[self.var(TileLoop(ax, level))] = coeff
             if (ax, level) in self.floating:  # its copy outside the block
                 affine[self.var(TileLoop(ax, level, outside=True))] = coeff
@@ -162,9 +180,26 @@ class _CpuNest:
         acc = Buf("acc", np.stack([self.ext(lp) for lp in inner_spatial] or [np.ones(n, np.int64)],
                                   axis=1), "local", cache_write)
         acc_idx = [({self.var(lp): 1}, []) for lp in inner_spatial] or [({}, [])]
+        if self.packed:
+            name, axis_name, _ = PACKABLE[w.op]
+            packed_t = next(t for t in w.inputs if t.name == name)
+            pack_ax = next((ax for ax in self.spatial if ax.name == axis_name), None)
+            if pack_ax is None:
+                raise Unsupported(f"{name} packed along {axis_name}, which is not tiled")
+            block = self.f[pack_ax][:, 2]
+            shape = np.array(packed_t.shape, np.int64)
+            dim = next(d for d, a in enumerate(next(o for o in operands(w)
+                                                    if o.tensor is packed_t).index)
+                       if a.coefs == ((pack_ax, 1),))
+            rest = np.broadcast_to(np.delete(shape, dim), (n, len(shape) - 1))
+            bufs[packed_t] = Buf(packed_t.name, np.column_stack(
+                [shape[dim] // block, rest, block]).astype(np.int64))
         operand_reads = []
         for o in operands(w):
             dims = [merge([self.axis_index(ax, c) for ax, c in a.coefs]) for a in o.index]
+            if self.packed and o.tensor is packed_t:
+                outer, inner = self.block_index(pack_ax)
+                dims = [outer, *dims[:dim], *dims[dim + 1:], inner]
             if o.tensor in producers:  # read inlined from its source, or the materialised copy
                 operand_reads += [access(bufs[inlined_source(o.tensor)], dims, reads=1, on=inline),
                                   access(bufs[o.tensor], dims, reads=1, on=~inline)]

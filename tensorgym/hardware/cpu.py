@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
-from .host import available_cpus
+from .host import available_cpus, host_vector_lanes
 from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage, checked_inputs,
                       page_floats)
 
@@ -47,14 +47,50 @@ def _init_llvm() -> None:
     llvm.load_library_permanently(gomp)
 
 
+# ``CPURuntime(isa=...)``: generate code for a narrower instruction set than the host's (an object
+# for it runs on any host that has it), e.g. to test the AVX2 code path on an AVX-512 machine.
+# isa -> (LLVM CPU name, vector lanes of float32)
+ISAS = {"avx2": ("x86-64-v3", 8), "avx512": ("x86-64-v4", 16)}
+
+
+def host_isa() -> str:
+    """``avx512``, ``avx2`` or ``other``: the widest float32 vector ISA of this host."""
+    _init_llvm()
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return "avx512"
+    return "avx2" if features.get("avx2") and features.get("fma") else "other"
+
+
+def vector_lanes(isa: "str | None" = None) -> int:
+    """float32 lanes of one vector register of ``isa`` (default: the host's): 16 on AVX-512,
+    8 on AVX2, else 4 (SSE, NEON). Schedules whose vector loops are multiples of it fill the
+    registers."""
+    if isa is None:
+        return host_vector_lanes()
+    return ISAS[isa][1] if isa in ISAS else 4
+
+
+def _check_isa(isa: "str | None") -> None:
+    if isa is None:
+        return
+    if isa not in ISAS:
+        raise ValueError(f"unknown isa {isa!r}; use one of {', '.join(ISAS)} or None (the host's)")
+    if isa == "avx512" and host_isa() != "avx512" or isa == "avx2" and host_isa() == "other":
+        raise TargetUnavailableError(f"this CPU cannot run {isa} code (it has {host_isa()}); "
+                                     f"use isa=None (the host's)")
+
+
 @lru_cache(maxsize=None)
-def _target_machine(codegen_level: int = 3) -> llvm.TargetMachine:
+def _target_machine(codegen_level: int = 3, isa: "str | None" = None) -> llvm.TargetMachine:
     _init_llvm()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
-                                        opt=codegen_level, reloc="default",
-                                        codemodel="jitdefault")
+    if isa is not None:
+        cpu, features = ISAS[isa][0], ""
+    else:
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=cpu, features=features, opt=codegen_level,
+                                        reloc="default", codemodel="jitdefault")
 
 
 def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
@@ -169,10 +205,12 @@ class CPURuntime(Runtime):
     target = "cpu"
 
     def __init__(self, num_threads: int = 0, opt_level: int = 3,
-                 codegen_level: "int | None" = None) -> None:
+                 codegen_level: "int | None" = None, isa: "str | None" = None) -> None:
         """``opt_level``: LLVM's IR pipeline (1-3; O1 and O2 build a few tenths faster but run up
         to 2x slower on some kernels, see benchmarks/bench_compile.py). ``codegen_level``: the
-        backend's (1-3); None chooses per kernel (:meth:`compile_info`)."""
+        backend's (1-3); None chooses per kernel (:meth:`compile_info`). ``isa``: generate code
+        for this instruction set (``ISAS``: ``avx2``, ``avx512``) instead of the host CPU's
+        own; the host must have it."""
         # 0: OMP_NUM_THREADS if set, else the cores this process may use (affinity, cgroup
         # quota), made explicit so that the device label says what the kernels really use
         self.num_threads = num_threads or _default_threads()
@@ -181,16 +219,25 @@ class CPURuntime(Runtime):
                              f"codegen_level={codegen_level!r}")
         self.opt_level = opt_level
         self.codegen_level = codegen_level
+        _check_isa(isa)
+        self.isa = isa
 
     def check_available(self) -> None:
         _init_llvm()
 
     def device_name(self) -> str:
         _init_llvm()
-        return f"cpu/{llvm.get_host_cpu_name()}/{_cpu_model()}/{self.num_threads}t"
+        isa = f"/{self.isa}" if self.isa else ""
+        return f"cpu/{llvm.get_host_cpu_name()}{isa}/{_cpu_model()}/{self.num_threads}t"
 
     def render(self, program: Program) -> str:
-        return emit_llvm(program, self.num_threads)
+        source = emit_llvm(program, self.num_threads)
+        if any(layout is not None for layout in program.input_layouts):
+            # the inputs' layouts are part of what the kernel means: two programs with the same
+            # code but differently packed inputs are different kernels (sources key the caches)
+            source += "".join(f"; input {b.name}: {layout}\n"
+                              for b, layout in zip(program.args, program.input_layouts))
+        return source
 
     def _codegen_level(self, source: str) -> int:
         if self.codegen_level is not None:
@@ -200,10 +247,11 @@ class CPURuntime(Runtime):
     def compile_info(self, program: Program, source: str) -> dict:
         """The LLVM levels :meth:`compile` builds this source at: the IR pipeline's, and the
         backend's ("less", 1, for a source of LARGE_SOURCE_LINES lines or more)."""
-        return {"opt_level": self.opt_level, "codegen_level": self._codegen_level(source)}
+        info = {"opt_level": self.opt_level, "codegen_level": self._codegen_level(source)}
+        return dict(info, isa=self.isa) if self.isa else info
 
     def compile(self, source: str, program: Program) -> bytes:
-        tm = _target_machine(self._codegen_level(source))
+        tm = _target_machine(self._codegen_level(source), self.isa)
         mod = llvm.parse_assembly(source)
         mod.triple = llvm.get_process_triple()
         mod.data_layout = str(tm.target_data)
@@ -225,7 +273,7 @@ class CPURuntime(Runtime):
 
     def assembly(self, source: str) -> str:
         """Host assembly of the optimised module, for people who read kernels."""
-        tm = _target_machine(self._codegen_level(source))
+        tm = _target_machine(self._codegen_level(source), self.isa)
         mod = llvm.parse_assembly(source)
         _optimize(mod, tm, self.opt_level)
         return tm.emit_assembly(mod)

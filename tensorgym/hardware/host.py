@@ -1,14 +1,18 @@
-"""What this process may use of the machine, and one timer per device across processes."""
+"""What this process may use of the machine (cores, vector width), and one timer per device
+across processes."""
 from __future__ import annotations
 
 import fcntl
 import os
 import re
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import platformdirs
+
+from ..errors import TargetUnavailableError
 
 
 def available_cpus() -> int:
@@ -25,6 +29,27 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass
     return max(1, n)
+
+
+def vector_lanes_of(features: Mapping[str, bool]) -> int:
+    """float32 lanes of the widest vector registers that LLVM CPU ``features`` name: 16 with
+    ``avx512f``, 8 with ``avx2``, else 4 (SSE, NEON)."""
+    if features.get("avx512f"):
+        return 16
+    return 8 if features.get("avx2") else 4
+
+
+@lru_cache(maxsize=None)
+def host_vector_lanes() -> int:
+    """float32 lanes of this CPU's widest vector registers, from LLVM's host CPU features (what
+    the CPU runtime compiles for): 16 on AVX-512, 8 on AVX2, else 4."""
+    import llvmlite.binding as llvm  # noqa: PLC0415  (only callers that need the ISA load LLVM)
+    try:
+        features = llvm.get_host_cpu_features()
+    except RuntimeError as e:  # LLVM cannot read this CPU's features
+        raise TargetUnavailableError(f"cannot tell this CPU's vector width: {e}; pass the "
+                                     "lanes explicitly where the caller takes them") from None
+    return vector_lanes_of(features)
 
 
 class DeviceLock:

@@ -43,13 +43,18 @@ def convert(e: te.Expr, axes: Mapping[te.IterVar, A.Expr],
     raise TypeError(f"cannot lower {type(e).__name__} here")
 
 
-def make_loader(buffers: Mapping[te.Tensor, A.Buffer], inline: Sequence[te.Tensor] = ()):
-    """A ``load`` for :func:`convert`: inline the tensors in ``inline``, read the others."""
+def make_loader(buffers: Mapping[te.Tensor, A.Buffer], inline: Sequence[te.Tensor] = (),
+                remap: "Mapping[te.Tensor, Callable[[tuple[A.Expr, ...]], tuple[A.Expr, ...]]]"
+                = {}):
+    """A ``load`` for :func:`convert`: inline the tensors in ``inline``, read the others;
+    ``remap[t]`` turns the workload's index of ``t`` into its buffer's (a packed layout)."""
 
     def load(t: te.Tensor, idx: tuple[A.Expr, ...]) -> A.Expr:
         if t in inline:
             sub = dict(zip(t.op.axes, idx))
             return convert(t.op.body, sub, load)
+        if t in remap:
+            idx = remap[t](idx)
         return A.Load(buffers[t], idx)
 
     return load
@@ -82,6 +87,21 @@ def axis_index(loops: Sequence[Loop], strides: Sequence[int],
     for lp in loops:
         out = A.add(out, A.mul(value.get(lp.var, lp.var), strides[lp.level]))
     return out
+
+
+def block_index(loops: Sequence[Loop], strides: Sequence[int], value: Mapping[A.LoopVar, A.Expr],
+                block: int) -> tuple[A.Expr, A.Expr]:
+    """The index of one tiled axis split at its last tiling level, whose factor is ``block``:
+    (which block, the offset in it), i.e. (index // block, index % block) without a division."""
+    outer: A.Expr = A.IntImm(0)
+    inner: A.Expr = A.IntImm(0)
+    for lp in loops:
+        v = value.get(lp.var, lp.var)
+        if strides[lp.level] >= block:
+            outer = A.add(outer, A.mul(v, strides[lp.level] // block))
+        else:
+            inner = A.add(inner, A.mul(v, strides[lp.level]))
+    return outer, inner
 
 
 def nest(loops: Sequence[tuple[A.LoopVar, int, str]], body: A.Stmt) -> A.Stmt:

@@ -8,7 +8,8 @@ from .. import loopast as A
 from .. import te
 from ..space import Config
 from ..workloads import Workload
-from .common import Loop, axis_index, buffer_of, convert, make_loader, nest, tile_axis
+from ..templates.cpu import PACKABLE
+from .common import Loop, axis_index, block_index, buffer_of, convert, make_loader, nest, tile_axis
 
 MAX_VECTOR_LANES = 64
 
@@ -20,7 +21,6 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
     producers = [t for t in te.input_tensors(out) if isinstance(t.op, te.ComputeOp)]
     inline = producers if v.get("inline_pad", 1) else []
     buffers = {t: buffer_of(t) for t in [*workload.inputs, out, *producers]}
-    load = make_loader(buffers, inline)
 
     groups: dict[str, list[Loop]] = {g: [] for g in ("S0", "S1", "S2", "R0", "R1")}
     tiles = {}
@@ -31,6 +31,8 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
         tiles[ax] = (loops, strides)
         for lp in loops:
             groups[("R" if ax.reduce else "S") + str(lp.level)].append(lp)
+    # the vector axis's register-tile loop goes innermost in its group (a stable sort)
+    groups["S2"].sort(key=lambda lp: lp.axis.name == v.get("vector_axis"))
     order = groups["S0"] + [lp for g in v["reorder"] for lp in groups[g]]
 
     # Fuse the leading outer loops into one parallel loop; their vars become div/mod of it.
@@ -49,6 +51,8 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
         return axis_index(loops, strides, value)
 
     axes = {ax: index_of(ax) for ax in (*op.axes, *op.reduce_axes)}
+    layouts, remap = _packing(workload, v, buffers, tiles, value, axes)
+    load = make_loader(buffers, inline, remap)
     out_buf = buffers[out]
     out_idx = tuple(axes[ax] for ax in op.axes)
     body_value = convert(op.body.body, axes, load)
@@ -85,7 +89,38 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
               for t in producers if t not in inline]
     return A.Program(f"{workload.op}_kernel", tuple(buffers[t] for t in (*workload.inputs, out)),
                      tuple(buffers[t] for t in producers if t not in inline),
-                     A.seq(*stages, stmt))
+                     A.seq(*stages, stmt), input_layouts=layouts)
+
+
+def _packing(workload: Workload, v: dict, buffers: dict, tiles: dict, value: dict, axes: dict):
+    """The input layouts of the program (``templates/cpu.PACKABLE``) and the index remapping of
+    the packed input; replaces its buffer in ``buffers`` by one of the packed shape."""
+    if workload.op not in PACKABLE or not v.get(PACKABLE[workload.op][2], 0):
+        return (), {}
+    name, axis_name, _ = PACKABLE[workload.op]
+    t = next(t for t in workload.inputs if t.name == name)
+    ax = next(ax for ax in workload.output.op.axes if ax.name == axis_name)
+    loops, strides = tiles[ax]
+    block = v.get(f"tile_{ax.name}", (ax.extent,))[-1]
+    dim = _direct_dim(workload, t, ax)
+    layout = A.PackedLayout(dim, block)
+    buffers[t] = A.Buffer(t.name, layout.packed_shape(t.shape))
+    outer, inner = block_index(loops, strides, value, block)
+
+    def remap(idx: tuple) -> tuple:
+        assert idx[dim] is axes[ax], (t, idx)
+        return (outer, *idx[:dim], *idx[dim + 1:], inner)
+
+    return tuple(layout if x is t else None for x in workload.inputs), {t: remap}
+
+
+def _direct_dim(workload: Workload, t: te.Tensor, ax: te.IterVar) -> int:
+    """The dimension of ``t`` that the reduction body indexes by ``ax`` itself."""
+    body = workload.output.op.body.body
+    for load in (body.a, body.b):
+        if isinstance(load, te.TensorLoad) and load.tensor is t:
+            return next(d for d, i in enumerate(load.indices) if i is ax)
+    raise AssertionError(f"{t.name} is not read directly by {ax.name}")
 
 
 def _factors(e: A.Expr) -> tuple[A.Expr, A.Expr]:

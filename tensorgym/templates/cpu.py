@@ -4,6 +4,16 @@ outer loops, a local accumulator, and inlining of the padding stage.
 Spatial axes are split in three levels (S0 outer / S1 middle / S2 register tile) and reduction
 axes in two (R0 / R1). S0 always comes first (its leading loops are fused and parallelised);
 the ``reorder`` knob orders the other groups.
+
+Vendor-class micro-kernels (oneDNN's, TVM's x86 conv2d) put output channels in the vector lanes:
+``vector_axis`` (conv2d) chooses which axis's register-tile loop is innermost, so ``vectorize``
+makes it the vector loop (``ow``: a row of outputs, whose strided inputs are gathers; ``oc``:
+a block of output channels, each input a broadcast, the accumulator an ow x oc-block tile of
+registers with ``cache_write``). ``pack_weight`` / ``pack_b`` pre-pack that operand once, ahead
+of time, so the register tile's block of the vector axis is contiguous: conv2d's OIHW weight
+becomes ``[O/b][I][H][W][b]``, matmul's ``B[K][N]`` becomes panels ``[N/b][K][b]``, where ``b``
+is the axis's register-tile factor (``loopast.PackedLayout``; the kernel still takes and
+returns the workload's arrays, every runtime packs them before the timed runs).
 """
 from __future__ import annotations
 
@@ -18,6 +28,26 @@ CPU_ORDERS = (
     ("R0", "S1", "R1", "S2"),
     ("S1", "S2", "R0", "R1"),  # naive order: reduction innermost
 )
+
+
+# op -> (input packed by the ``pack_*`` knob, the output axis whose register tile is its block,
+# the knob's name)
+PACKABLE = {"conv2d": ("weight", "oc", "pack_weight"), "matmul": ("B", "j", "pack_b")}
+
+
+def _extent(workload: Workload, axis: str) -> int:
+    return next(ax.extent for ax in workload.output.op.axes if ax.name == axis)
+
+
+def vector_axes(workload: Workload) -> tuple[str, ...]:
+    """The options of the ``vector_axis`` knob (the first is the template's classic choice, the
+    innermost output axis); empty where the workload gets no such knob."""
+    if workload.op != "conv2d":
+        return ()
+    extents = {ax.name: ax.extent for ax in workload.output.op.axes}
+    if extents["ow"] == 1 or extents["oc"] == 1:
+        return ()
+    return ("ow", "oc")
 
 
 def cpu_space(workload: Workload, split_policy: str = "all") -> ConfigSpace:
@@ -38,6 +68,10 @@ def cpu_space(workload: Workload, split_policy: str = "all") -> ConfigSpace:
     ]
     if workload.op == "conv2d" and workload.params[7] > 0:
         knobs.append(other_knob("inline_pad", [0, 1]))
+    if vector_axes(workload):
+        knobs.append(other_knob("vector_axis", list(vector_axes(workload)), added=True))
+    if workload.op in PACKABLE and _extent(workload, PACKABLE[workload.op][1]) > 1:
+        knobs.append(other_knob(PACKABLE[workload.op][2], [0, 1], added=True))
     options = (("split_policy", split_policy),) if split_policy != "all" else ()
     return ConfigSpace(f"{workload.op}/cpu", tuple(knobs), SpaceKey(workload.key, "cpu", options))
 
@@ -66,3 +100,50 @@ def default_cpu_values(workload: Workload) -> dict:
     if "inline_pad" in values:
         values["inline_pad"] = 1
     return values
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, max(1, at_most) + 1) if n % d == 0)
+
+
+def micro_kernel_values(workload: Workload, lanes: int, registers: int = 32) -> list[dict]:
+    """Hand-derived vendor-class schedules (knob values) for a machine with ``lanes`` float32
+    lanes and ``registers`` vector registers (AVX-512: 16 and 32, AVX2: 8 and 16): the vector
+    axis's register tile a multiple of ``lanes``, an accumulator tile that fits the registers,
+    the packed operand, outer blocks fused into the parallel loop. Empty for ops without them."""
+    base = default_cpu_values(workload)
+    base.update(reorder=CPU_ORDERS[0], vectorize="inner", cache_write=1)
+    space = cpu_space(workload)
+    budget = registers - 4  # accumulators; the rest hold the vector operand and addresses
+    axes = {ax.name: ax.extent for ax in (*workload.output.op.axes,
+                                          *workload.output.op.reduce_axes)}
+    out = []
+    if workload.op == "conv2d" and vector_axes(workload):
+        oc, oh, ow = axes["oc"], axes["oh"], axes["ow"]
+        for block in (2 * lanes, lanes):
+            if oc % block or block > 64:
+                continue
+            width = _largest_divisor(ow, budget * lanes // block)
+            if width < min(ow, 4):  # too few accumulators to hide the FMA latency
+                continue
+            # the padding materialised: inlined, every broadcast input is a masked load
+            for unroll in (16, 64):
+                v = dict(base, vector_axis="oc", pack_weight=1, parallel=2, inline_pad=0,
+                         unroll_max_step=unroll, tile_oc=(oc // block, 1, block),
+                         tile_oh=(oh, 1, 1), tile_ow=(1, ow // width, width))
+                for r in ("rc", "ry", "rx"):
+                    if f"tile_{r}" in v:
+                        v[f"tile_{r}"] = (axes[r], 1) if r == "rc" else (1, axes[r])
+                out.append(v)
+    elif workload.op == "matmul":
+        m, n, k = axes["i"], axes["j"], axes["rk"]
+        block = _largest_divisor(n, 2 * lanes)
+        rows = _largest_divisor(m, budget * lanes // max(block, lanes))
+        for kc in (256, 128):
+            depth = _largest_divisor(k, kc)
+            v = dict(base, pack_b=1, parallel=2, unroll_max_step=16,
+                     tile_i=(m // rows, 1, rows), tile_j=(n // block, 1, block),
+                     tile_rk=(k // depth, depth))
+            out.append(v)
+    names = {kn.name for kn in space.knobs}
+    return [{name: value for name, value in v.items() if name in names} for v in out]
