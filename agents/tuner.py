@@ -4,13 +4,19 @@ epsilon-greedy batch selection, with optional bootstrap uncertainty and transfer
 It talks to an environment only through ``env.unwrapped``: ``space``, ``featurize`` and
 ``measure`` (every trial goes through ``measure``, so the trial count is honest), which makes it
 work on every TensorSched-* env and target.
+
+Warm start (``warm_start=True``, the default): the first batch is not random. It holds the
+template's seed schedules (``tensorgym.templates.seeds``: the reference schedule and hand-derived
+micro-kernels), and where the records database holds measurements of *other* workloads on the
+same target and device, the cost model is pretrained on them (transfer learning, Equation 4) so
+the rest of the first batch is chosen by the model. ``warm_start_summary`` says what was used.
 """
 from __future__ import annotations
 
-import functools
-
 import copy
-from typing import Callable, Sequence
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,7 +30,43 @@ from tensorgym.space import Config, ConfigSpace
 from .annealing import ParallelAnnealer
 from .cost_model import BootstrapEnsemble, CostModel, make_model
 from .selection import select_batch
-from .transfer import TransferModel, load_source_data
+from .transfer import SourceData, TransferModel, load_source_data
+
+#: source rows a warm start pretrains on at most (``max_source_samples`` overrides it): featurizing
+#: and fitting them stays within a second or two
+WARM_START_MAX_ROWS = 5000
+
+
+@dataclass
+class WarmStart:
+    """What a tuner's warm start used: ``seeds`` schedules in the first batch (``seeds_outside``
+    left out because the env's space cannot express them); ``records`` source rows of
+    ``workloads`` other workloads pretrained the cost model (``skipped``: records whose configs no
+    longer fit their space); ``note`` why there was no pretraining, where there was none."""
+
+    enabled: bool = True
+    seeds: int = 0
+    seeds_outside: int = 0
+    records: int = 0
+    workloads: int = 0
+    skipped: int = 0
+    note: str = ""
+
+    def __str__(self) -> str:
+        if not self.enabled:
+            return "warm start: off (the first batch is random)"
+        text = f"warm start: {self.seeds} seed schedule{'s' * (self.seeds != 1)}"
+        if self.seeds_outside:
+            text += f" ({self.seeds_outside} outside this space left out)"
+        if self.records:
+            text += (f", cost model pretrained on {self.records:,} records of {self.workloads} "
+                     f"other workload{'s' * (self.workloads != 1)}")
+        elif self.note:
+            text += f", {self.note}"
+        if self.skipped:
+            text += f" ({self.skipped:,} records of older spaces skipped)"
+        return text
+
 
 class FeatureCache:
     """``env.unwrapped.featurize`` memoized by config index (annealing revisits configs).
@@ -79,6 +121,12 @@ class ModelTuner(SearchStrategy):
       ``n_bootstrap`` models.
     - ``records`` (a ``tensorgym.records.Records``) with ``source_workloads``: transfer learning
       (Equation 4); ``max_source_samples`` caps the source rows.
+    - ``warm_start`` (default True): the first batch starts with up to ``n_seeds`` seed
+      schedules (``tensorgym.templates.seeds``), and without ``source_workloads`` the cost model
+      is pretrained on every other workload that ``records`` (default: the env's database) holds
+      for this target and device. The env must name its workload and target (a TensorSched env)
+      for seeds and pretraining (``pretrain=False``: seeds only); ``warm_start_summary``
+      reports what was used.
     """
 
     name = "xgb"
@@ -89,11 +137,14 @@ class ModelTuner(SearchStrategy):
                  n_chains: int = 128, sa_steps: int = 100, sa_early_stop: int = 30,
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
+                 pretrain: bool = True) -> None:
         if (batch_size is not None and batch_size < 1) or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
             raise ValueError("need batch_size >= 1, plan_ratio >= 1, alpha >= 0, 0 <= epsilon <= 1")
         if source_workloads and records is None:
             raise ValueError("transfer learning needs a records database (records=...)")
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
         self.model_spec = model
         self.model_options = dict(model_options or {})
         self.batch_size = batch_size
@@ -109,12 +160,16 @@ class ModelTuner(SearchStrategy):
         self.source_workloads = list(source_workloads)
         self.max_source_samples = max_source_samples
         self.device = device
+        self.warm_start = warm_start
+        self.n_seeds = n_seeds
+        self.pretrain = pretrain
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
         # every result told (prior ones first) and the transfer source data
         self.model = None
         self.history: list[MeasureResult] = []
         self.source_data = None
+        self.warm_start_summary: "WarmStart | None" = None
 
     def new_model(self) -> CostModel:
         spec = self.model_spec
@@ -127,20 +182,66 @@ class ModelTuner(SearchStrategy):
         raise TypeError(f"model must be a name, a cost model or a factory, got {spec!r}")
 
     def build_model(self, env_u, seed: int) -> CostModel:
+        """A fresh cost model; with transfer learning or a warm start's pretraining, fitted on
+        the source records (``warm_start_summary`` starts over here)."""
+        self.warm_start_summary = WarmStart(enabled=self.warm_start)
         if self.uncertainty is not None:
             model = BootstrapEnsemble(self.new_model, self.n_bootstrap, self.uncertainty,
                                       seed=seed)
         else:
             model = self.new_model()
+        rng = np.random.default_rng(seed)
         if self.source_workloads:
             global_model = self.new_model()
             self.source_data = load_source_data(
                 self.records, self.source_workloads, env_u.target, global_model.feature_mode,
                 exclude_key=env_u.workload.key, device=self.device,
-                max_samples=self.max_source_samples, rng=np.random.default_rng(seed))
-            model = TransferModel(global_model, model)
-            model.fit_global(self.source_data)
+                max_samples=self.max_source_samples, rng=rng)
+            self.warm_start_summary.records = len(self.source_data)
+            self.warm_start_summary.workloads = len(self.source_data.counts)
+        elif self.warm_start and not self.pretrain:
+            self.warm_start_summary.note = "no pretraining (pretrain=False)"
+            return model
+        elif self.warm_start:
+            global_model = self.new_model()
+            self.source_data = self._pretraining_data(env_u, global_model.feature_mode, rng)
+            if self.source_data is None:
+                return model
+        else:
+            return model
+        model = TransferModel(global_model, model)
+        model.fit_global(self.source_data)
         return model
+
+    def _pretraining_data(self, env_u: Any, mode: str,
+                          rng: np.random.Generator) -> "SourceData | None":
+        """The records of every other workload on the env's target and device, for a warm
+        start (None, with ``warm_start_summary.note`` saying why, where there are none)."""
+        summary = self.warm_start_summary
+        workload, target = getattr(env_u, "workload", None), getattr(env_u, "target", None)
+        records = self.records if self.records is not None else getattr(env_u, "records", None)
+        if workload is None or target is None:
+            summary.note = "no pretraining (the env names no workload and target)"
+            return None
+        if records is None:
+            summary.note = "no pretraining (no records database)"
+            return None
+        device = self.device or getattr(env_u, "device", None)
+        keys = sorted({r.workload_key for r in records.query(target=target, device=device)}
+                      - {workload.key})
+        if not keys:
+            summary.note = "no records of other workloads on this target and device to pretrain on"
+            return None
+        try:
+            data = load_source_data(records, keys, target, mode, device=device,
+                                    max_samples=self.max_source_samples or WARM_START_MAX_ROWS,
+                                    rng=rng)
+        except ValueError as e:  # records of other workloads, none usable
+            summary.note = f"no pretraining ({e})"
+            return None
+        summary.records, summary.workloads = len(data), len(data.counts)
+        summary.skipped = data.skipped
+        return data
 
     def _batch(self, n_trials: int) -> int:
         if self.batch_size is not None:
@@ -166,6 +267,7 @@ class ModelTuner(SearchStrategy):
         self._rng = rng = np.random.default_rng(seed)
         with self._meter.time("model"):
             self.model = self.build_model(u, seed)
+        self._seeds = self._seed_configs(u, space) if self.warm_start else []
         self._space = space
         featurize = (functools.partial(u.featurize, loop_names=True)
                      if getattr(self.model, "reads_loop_names", False) else u.featurize)
@@ -177,14 +279,37 @@ class ModelTuner(SearchStrategy):
         self._model_ready = isinstance(self.model, TransferModel)
         self.history = []
 
+    def _seed_configs(self, env_u: Any, space: ConfigSpace) -> list[Config]:
+        """The template's seed schedules that ``space`` can express, in their order."""
+        from tensorgym.errors import InvalidConfigError  # noqa: PLC0415
+        from tensorgym.templates.seeds import seed_configs  # noqa: PLC0415
+
+        workload, target = getattr(env_u, "workload", None), getattr(env_u, "target", None)
+        if workload is None or target is None:
+            return []
+        out = []
+        for config in seed_configs(workload, target, max_seeds=self.n_seeds):
+            try:
+                out.append(space.from_values(config.values))
+            except InvalidConfigError:  # e.g. a space with a restricted split policy
+                self.warm_start_summary.seeds_outside += 1
+        self.warm_start_summary.seeds = len(out)
+        return out
+
     def ask(self, n: int) -> list[Config]:
         b = min(self._batch(self._budget), n)
+        seeds = [c for c in self._seeds if c.index not in self._measured][:b]
+        taken = self._measured | {c.index for c in seeds}
+        self._seeds = [c for c in self._seeds if c.index not in taken]
+        b -= len(seeds)
+        if b == 0:
+            return seeds
         if not self._model_ready:  # nothing to learn from yet: Algorithm 1 starts at random
-            return self._space.sample_unique(self._rng, b, exclude=self._measured)
+            return seeds + self._space.sample_unique(self._rng, b, exclude=taken)
         k = max(b, int(round(self.plan_ratio * b)))
-        candidates = self._annealer.find_maximums(self._score, k, exclude=self._measured)
-        return select_batch(candidates, self._space, b, self.alpha, self.epsilon, self._rng,
-                            self._measured)
+        candidates = self._annealer.find_maximums(self._score, k, exclude=taken)
+        return seeds + select_batch(candidates, self._space, b, self.alpha, self.epsilon,
+                                    self._rng, taken)
 
     def tell(self, results: Sequence[MeasureResult]) -> None:
         """Results (prior ones, then each measured batch) train the model and are never
@@ -237,4 +362,9 @@ OPTIONS = (
     Option("source_workloads", (list, tuple), (), "workloads to transfer from"),
     Option("max_source_samples", int, None, "cap on the source rows"),
     Option("device", str, None, "device of the source records (None: any)"),
+    Option("warm_start", bool, True, "seed schedules in the first batch, and a cost model "
+           "pretrained on recorded measurements of other workloads when there are some"),
+    Option("n_seeds", int, 8, "seed schedules at most (the reference one included)"),
+    Option("pretrain", bool, True, "with warm_start: pretrain on other workloads' records "
+           "(leaderboards turn it off: a run must not depend on the database's history)"),
 )

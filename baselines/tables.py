@@ -3,6 +3,8 @@ mean, as Markdown or CSV.
 
 A task is (workload, target, device): GFLOP/s from different devices are never compared. The
 "best known" config of a task is the fastest trial any agent found for it in the document.
+"peak %" is the re-measured best as a share of the CPU's FMA peak, measured by the run
+(``peak.fma_peak``, stored as the run's ``device["fma_peak_gflops"]``).
 ``validated`` (a set of ``entry_digest``s, see ``validate.screen``) marks the entries whose best
 was re-measured on this machine; the others are shown as claims.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Collection
 
 from .metrics import geomean, normalized_auc, trials_to_reach
-from .results import Entry, ResultsDoc, Run, entry_digest
+from .results import Entry, ResultsDoc, Run, entry_digest, one_track
 
 Task = tuple[str, str, str]  # workload, target, device
 
@@ -40,6 +42,7 @@ class TaskRow:
     frac_of_best: float  # best_gflops / the best any agent reported on the task
     vendor_gflops: float  # 0 where the vendor library was skipped
     speedup_vs_vendor: "float | None"
+    share_of_peak: "float | None"  # best_gflops / the run's measured FMA peak (None: not measured)
     trials_to_90: "float | None"  # median over seeds; None if no seed got there
     auc: float  # normalized area under the best-so-far curve
     failures: float
@@ -69,6 +72,7 @@ def _reported(e: Entry) -> float:
 
 
 def task_rows(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> list[TaskRow]:
+    one_track(doc)  # replay and live figures are never ranked together
     groups: dict[Task, dict[str, list[tuple[Run, Entry]]]] = defaultdict(lambda: defaultdict(list))
     for run, e in doc.entries():
         groups[(e.label or e.workload, e.target, device_name(run))][e.agent].append((run, e))
@@ -85,6 +89,8 @@ def task_rows(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> list
             vendors = [v.gflops for r, e in items
                        if (v := r.vendor_for(e.workload, e.target)) and v.gflops > 0]
             vendor = statistics.fmean(vendors) if vendors else 0.0
+            peaks = [p for r, _ in items if (p := r.device.get("fma_peak_gflops"))]
+            peak = statistics.fmean(peaks) if peaks else 0.0
             reach = [trials_to_reach(e.curve(), 0.9 * best_known) for _, e in items]
             reached = [r for r in reach if r is not None]
             rows.append(TaskRow(
@@ -95,6 +101,7 @@ def task_rows(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> list
                 best_gflops_std=statistics.pstdev(reported) if len(reported) > 1 else 0.0,
                 frac_of_best=mean_best / best_reported if best_reported > 0 else 0.0,
                 vendor_gflops=vendor, speedup_vs_vendor=mean_best / vendor if vendor else None,
+                share_of_peak=mean_best / peak if peak else None,
                 trials_to_90=(statistics.median(reached)
                               if len(reached) * 2 > len(reach) else None),
                 auc=statistics.fmean(normalized_auc(e.curve(), best_known, e.budget)
@@ -157,16 +164,18 @@ def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
                      f"| {_fmt(a.wall_s, 1)} |")
     lines += ["", "## Per task (mean over seeds; best re-measured)", "",
               "| task | device | agent | seeds | validated | budget | best GFLOP/s | vs vendor "
-              "| trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| peak % | trials to 90% | AUC | fails | wall s | build s | measure s | search s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.2f})"
                   if r.speedup_vs_vendor else "-")
         reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
+        peak = f"{100 * r.share_of_peak:.0f}%" if r.share_of_peak is not None else "-"
         lines.append(
             f"| {r.task} | {r.device} | {r.agent} | {r.seeds} "
             f"| {_validated(r.validated, r.seeds)} | {r.budget} "
-            f"| {r.best_gflops:.2f} ± {r.best_gflops_std:.2f} | {vendor} | {reach} "
+            f"| {r.best_gflops:.2f} ± {r.best_gflops_std:.2f} | {vendor} "
+            f"| {peak} | {reach} "
             f"| {r.auc:.3f} | {r.failures:.1f} | {r.wall_s:.1f} | {r.build_s:.1f} "
             f"| {r.measure_s:.1f} | {r.search_s:.2f} |")
     return "\n".join(lines + _rejected(rejected or [])) + "\n"
