@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ..errors import ErrorCode, InvalidConfigError, LoweringBugWarning
+from ..errors import ErrorCode, InvalidConfigError, LoweringBugWarning, TensorGymError
 from ..loopast import Program
 from ..space import Config
 from ..workloads import Workload
@@ -145,15 +145,32 @@ class Measurer:
     ``build_timeout``), timing in one worker process; both are ``Child`` processes, so they
     never re-import the caller's ``__main__`` and die with the caller. Across processes, a timed
     run holds its device's lock exclusively and builds hold the host's lock shared.
+
+    ``runner="ray"`` measures on a Ray cluster instead (``address``: None starts a local one,
+    "auto" joins the one started on this machine, or ``host:port`` / ``ray://host:port``), on
+    every device of kind ``device`` (``cpu/<cpu-model>``, ``cuda/<gpu-name>``, a fingerprint;
+    None: any of ``target``): ``tensorgym.hardware.ray_runner``, docs/distributed.md.
     """
 
     def __init__(self, target: str = "cpu", options: "MeasureOptions | None" = None,
-                 **runtime_kwargs: Any) -> None:
+                 runner: str = "local", address: "str | None" = None,
+                 device: "str | None" = None, **runtime_kwargs: Any) -> None:
+        if runner not in ("local", "ray"):
+            raise TensorGymError(f"unknown runner {runner!r}; use 'local' or 'ray'")
+        if runner == "local" and (address is not None or device is not None):
+            raise TensorGymError("address and device are for runner='ray'")
         self.target_info = get_target(target)
         self.target = self.target_info.kind
         self.options = options or MeasureOptions()
         self.runtime_kwargs = runtime_kwargs
-        self.runtime = self.target_info.runtime(**runtime_kwargs)
+        self.runner, self.address, self.device_request = runner, address, device
+        self._ray = None
+        if runner == "ray":
+            from .ray_runner import RayRunner  # ray is imported only here
+
+            self._ray = RayRunner(self.target, self.options, runtime_kwargs, address, device)
+        # the driver of a Ray cluster needs no device of its own
+        self.runtime = self.target_info.runtime(**runtime_kwargs) if self._ray is None else None
         self._builders: Optional[ChildPool] = None
         self._worker = Child(KernelWorker, self.target, runtime_kwargs, self.options.seed,
                              name="measurement worker")
@@ -182,6 +199,8 @@ class Measurer:
 
     @property
     def device(self) -> str:
+        if self._ray is not None:
+            return self._ray.device
         if self._device is None:
             self._device = self.target_info.device_fingerprint(self.runtime)
         return self._device
@@ -213,6 +232,9 @@ class Measurer:
 
     def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
         """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
+        if self._ray is not None:
+            return next(self._ray.measure_iter(workload, [config], self.options, self.seconds,
+                                               "build_program", [(program,)]))[1]
         self.runtime.check_available()
         b = self._build_all("build_program", [(program,)])[0]
         return self._results(workload, [config], [b], self.options)[0]
@@ -222,6 +244,11 @@ class Measurer:
         """Build and time ``configs``. ``stop_slower_than`` (seconds, 0: off) stops timing a
         kernel once even its fastest sample is slower: such a result is real but flagged
         ``extra["early_stop"]``, with fewer samples."""
+        if self._ray is not None:
+            out: list = [None] * len(configs)
+            for i, r in self.measure_iter(workload, configs, stop_slower_than):
+                out[i] = r
+            return out
         self.runtime.check_available()
         if not configs:
             return []
@@ -229,18 +256,31 @@ class Measurer:
         builds = self._build_all("build", [(workload, c) for c in configs])
         return self._results(workload, list(configs), builds, opts)
 
+    def measure_iter(self, workload: Workload, configs: Sequence[Config],
+                     stop_slower_than: float = 0.0) -> Iterator[tuple[int, MeasureResult]]:
+        """``measure``, as ``(index into configs, result)`` pairs: with the Ray runner as each
+        result comes back (any order), with the local one after the whole batch."""
+        if self._ray is None:
+            yield from enumerate(self.measure(workload, configs, stop_slower_than))
+            return
+        opts = replace(self.options, stop_slower_than=stop_slower_than)
+        yield from self._ray.measure_iter(workload, list(configs), opts, self.seconds)
+
     def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
         """Time ``result``'s config again, freshly loaded, with ``confirm_repeat`` samples, so a
         best is the kernel's own speed, not the luckiest of many noisy samples. The result has
         the new samples only (independent of the selection); the first ones are kept in
         ``extra["screened_costs"]``. (A fresh worker would cost a process start, ~0.3 s, and
         every job already gets freshly mapped buffers.)"""
-        b = self._build_all("build", [(workload, result.config)])[0]
         opts = replace(self.options, repeat=self.options.confirm_repeat,
                        max_repeat=self.options.confirm_repeat,
                        min_repeat_ms=max(self.options.min_repeat_ms,
                                          self.options.confirm_min_repeat_ms))
-        again = self._results(workload, [result.config], [b], opts)[0]
+        if self._ray is not None:
+            again = next(self._ray.measure_iter(workload, [result.config], opts, self.seconds))[1]
+        else:
+            b = self._build_all("build", [(workload, result.config)])[0]
+            again = self._results(workload, [result.config], [b], opts)[0]
         return replace(again, build_time=result.build_time, run_time=result.run_time +
                        again.run_time, extra={**again.extra, "confirmed": True,
                                               "screened_costs": result.costs})
@@ -350,6 +390,8 @@ class Measurer:
                              error_msg=f"{e}: the kernel crashed"[-2000:])
 
     def close(self) -> None:
+        if self._ray is not None:
+            self._ray.close()
         self._worker.kill()
         if self._builders is not None:
             self._builders.close()
@@ -368,11 +410,15 @@ class Measurer:
         return self
 
     def __reduce__(self):
-        return (_new_measurer, (self.target, self.options, self.runtime_kwargs))
+        return (_new_measurer, (self.target, self.options, self.runtime_kwargs, self.runner,
+                                self.address, self.device_request))
 
     def describe(self) -> dict:
-        return {"target": self.target, "device": self.device, **asdict(self.options)}
+        ray = {"runner": "ray"} if self._ray is not None else {}
+        return {"target": self.target, "device": self.device, **asdict(self.options), **ray}
 
 
-def _new_measurer(target: str, options: MeasureOptions, runtime_kwargs: dict) -> Measurer:
-    return Measurer(target, options, **runtime_kwargs)
+def _new_measurer(target: str, options: MeasureOptions, runtime_kwargs: dict,
+                  runner: str = "local", address: "str | None" = None,
+                  device: "str | None" = None) -> Measurer:
+    return Measurer(target, options, runner, address, device, **runtime_kwargs)
