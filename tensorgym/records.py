@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS records (
     gflops REAL NOT NULL,
     build_time REAL NOT NULL,
     run_time REAL NOT NULL,
-    timestamp REAL NOT NULL);
+    timestamp REAL NOT NULL,
+    options TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS references_ (
     workload_key TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL,
     config_json TEXT NOT NULL, seconds REAL NOT NULL, timestamp REAL NOT NULL,
@@ -58,8 +59,18 @@ CREATE INDEX IF NOT EXISTS records_config ON records (workload_key, target, devi
 """
 
 _COLUMNS = ("workload_key, target, device, space_name, config_index, config_json, costs, error, "
-            "error_msg, gflops, build_time, run_time, timestamp")
-_INSERT = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "error_msg, gflops, build_time, run_time, timestamp, options")
+_INSERT = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# A database written before the options column reads it as '' (the column is added on the first
+# write); ``options`` is compact JSON: how the record was measured (``add_many(options=)``) and
+# the result's flags under "result".
+COLUMNS = tuple(_COLUMNS.split(", "))  # a record's values, as ``Records.check`` takes them
+_COLUMNS_V1 = _COLUMNS.replace(", options", ", '' AS options")
+#: ``MeasureResult.extra`` entries kept in a record's options (JSON-serializable, about the result)
+RESULT_FLAGS = ("early_stop", "confirmed", "drift", "compile_cache", "compile", "same_kernel_as",
+                "screened_costs")
+#: ``extra["source"]`` of results that are not measurements: they are never written
+NOT_MEASURED = ("recorded", "surrogate")
 
 
 def default_path() -> Path:
@@ -81,6 +92,7 @@ class Record:
     build_time: float
     run_time: float
     timestamp: float
+    options: str = ""  # JSON: how it was measured, and the result's flags ("" in old databases)
 
     @property
     def ok(self) -> bool:
@@ -126,6 +138,7 @@ class Records:
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                                  (str(SCHEMA_VERSION),))
+            self._columns = _COLUMNS if _has_options(self._db) else _COLUMNS_V1
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -155,13 +168,22 @@ class Records:
         self.add_many(workload, target, device, [result])
 
     def add_many(self, workload: Workload, target: str, device: str,
-                 results: Iterable[MeasureResult]) -> None:
+                 results: Iterable[MeasureResult], options: Optional[dict] = None) -> None:
         """Write a batch in one transaction (all of it or none). If the write still fails after
-        the retries, the batch goes to a side file and ``RecordsError`` says where."""
+        the retries, the batch goes to a side file and ``RecordsError`` says where. Results
+        served from a database (``cached``) are skipped; one that is not a measurement
+        (``extra["source"]`` recorded or surrogate) is refused. ``options`` (JSON-serializable:
+        how the batch was measured, e.g. ``Measurer.describe()``) is kept with each record."""
+        results = [r for r in results if not r.cached]
+        for r in results:
+            if r.extra.get("source") in NOT_MEASURED:
+                raise TensorGymError(f"records database {self.path}: config {r.config.index} "
+                                     f"is a {r.extra['source']} answer, not a measurement; it "
+                                     "is never written as one")
         rows = [(workload.key, target, device, r.config.space_name, r.config.index,
                  r.config.to_json(), json.dumps(list(r.costs)), int(r.error), r.error_msg,
-                 r.gflops, r.build_time, r.run_time, r.timestamp or time.time())
-                for r in results if not r.cached]
+                 r.gflops, r.build_time, r.run_time, r.timestamp or time.time(),
+                 _options_json(options, r)) for r in results]
         if not rows:
             return
         wl = (workload.key, workload.op, json.dumps(workload.params), workload.name)
@@ -174,13 +196,15 @@ class Records:
             raise RecordsError(f"records database {self.path}: cannot write {len(rows)} "
                                f"results: {e}; {where}", path=self.path, saved_to=saved) from e
 
-    @staticmethod
-    def _insert(db: sqlite3.Connection, batches: dict[tuple, list[tuple]]) -> None:
+    def _insert(self, db: sqlite3.Connection, batches: dict[tuple, list[tuple]]) -> None:
         with db:
             db.execute("BEGIN IMMEDIATE")
+            if self._columns is not _COLUMNS and not _has_options(db):  # an older database
+                db.execute("ALTER TABLE records ADD COLUMN options TEXT NOT NULL DEFAULT ''")
             for wl, rows in batches.items():
                 db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?, ?)", wl)
                 db.executemany(_INSERT, rows)
+        self._columns = _COLUMNS
 
     def _write(self, fn: Any) -> None:
         for delay in (*self.retry_delays, None):
@@ -217,7 +241,8 @@ class Records:
                 e = json.loads(line)
                 w = e["workload"]
                 batches.setdefault((w["workload_key"], w["op"], w["params"], w["name"]),
-                                   []).append(tuple(e["row"][c] for c in cols))
+                                   []).append(tuple(e["row"].get(c, "") if c == "options"
+                                                    else e["row"][c] for c in cols))
         with self._errors(f"restore {side_file}"):
             self._write(lambda db: self._insert(db, batches))
         return sum(map(len, batches.values()))
@@ -267,7 +292,7 @@ class Records:
                 args.append(val)
         if ok_only:
             where.append("error = 0")
-        sql = f"SELECT {_COLUMNS} FROM records"
+        sql = f"SELECT {self._columns} FROM records"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id"
@@ -283,7 +308,7 @@ class Records:
     def lookup(self, workload_key: str, target: str, device: str,
                config_json: str) -> Optional[Record]:
         """The latest usable record of this exact config, if any (to serve a re-measurement)."""
-        rows = self._read(f"SELECT {_COLUMNS} FROM records WHERE workload_key = ? AND "
+        rows = self._read(f"SELECT {self._columns} FROM records WHERE workload_key = ? AND "
                           "target = ? AND device = ? AND config_json = ? ORDER BY id DESC",
                           (workload_key, target, device, config_json))
         recs = self._records(rows)
@@ -323,6 +348,31 @@ class Records:
                       "seconds); it will be measured again", stacklevel=2)
         return None
 
+    def check(self, rows: Iterable[tuple]) -> list[Record]:
+        """Records of ``rows`` (values in the order of ``COLUMNS``, e.g. read from an export),
+        checked as ``query`` checks the database's: unusable rows are skipped with a warning."""
+        return self._records(list(rows))
+
+    def import_records(self, records: Iterable[Record],
+                       names: Optional[dict[str, str]] = None) -> int:
+        """Write ``records`` (e.g. of a dataset export) as they are, in one transaction; their
+        workloads are registered from their keys (``names``: key -> name). Returns how many."""
+        batches: dict[tuple, list[tuple]] = {}
+        for r in records:
+            w = get_workload(r.workload_key)
+            wl = (w.key, w.op, json.dumps(w.params), (names or {}).get(w.key, w.name))
+            batches.setdefault(wl, []).append(
+                (r.workload_key, r.target, r.device, r.space_name, r.config_index, r.config_json,
+                 json.dumps(list(r.costs)), int(r.error), r.error_msg, r.gflops, r.build_time,
+                 r.run_time, r.timestamp, r.options))
+        with self._errors("import records"):
+            self._write(lambda db: self._insert(db, batches))
+        return sum(map(len, batches.values()))
+
+    def workload_names(self) -> dict[str, str]:
+        """Workload key -> registered name, for the workloads stored with one."""
+        return {k: n for k, n in self._read("SELECT key, name FROM workloads") if n}
+
     def workload_keys(self) -> list[str]:
         return [r[0] for r in self._read("SELECT key FROM workloads ORDER BY key")]
 
@@ -360,7 +410,7 @@ class Records:
 
     def _record(self, row: tuple) -> "Record | str":
         """The checked record, or why the row is unusable."""
-        (wk, target, device, space, index, cfg, costs, err, msg, _gflops, bt, rt, ts) = row
+        (wk, target, device, space, index, cfg, costs, err, msg, _gflops, bt, rt, ts, opts) = row
         try:
             error = ErrorCode(err)
         except ValueError:
@@ -368,7 +418,7 @@ class Records:
         try:
             costs = tuple(float(c) for c in json.loads(costs))
             rec = Record(wk, target, device, space, int(index), cfg, costs, error, msg or "",
-                         0.0, float(bt), float(rt), float(ts))
+                         0.0, float(bt), float(rt), float(ts), opts or "")
         except (ValueError, TypeError):
             return "malformed values"
         flops = self._workload_flops(wk)
@@ -379,3 +429,15 @@ class Records:
         if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
             return "a success without positive finite times"
         return dataclasses.replace(rec, gflops=flops / statistics.median(costs) / 1e9)
+
+
+def _has_options(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "options" for row in db.execute("PRAGMA table_info(records)"))
+
+
+def _options_json(options: Optional[dict], result: MeasureResult) -> str:
+    flags = {k: result.extra[k] for k in RESULT_FLAGS if k in result.extra}
+    if not options and not flags:
+        return ""
+    obj = {**(options or {}), **({"result": flags} if flags else {})}
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)

@@ -123,6 +123,18 @@ class TensorSchedEnv(gym.Env):
     (it is far from the best either way). ``info["drift"]`` flags a measurement taken while the
     machine's speed moved (see ``MeasureOptions.calibrate``).
 
+    ## Replay: recorded measurements and virtual time
+    ``measure="replay"`` with ``dataset`` (a records database or its export, or a
+    ``tensorgym.dataset.Dataset``) answers every trial from the dataset instead of the hardware
+    (``tensorgym.dataset.replay``): a recorded config gets one of its records, its samples drawn
+    with the env's seed (``reset(seed=...)``); a config the dataset lacks is answered as
+    ``on_miss`` says (``error``, ``nearest``, ``surrogate``, ``measure``). ``info["source"]`` is
+    ``recorded``, ``surrogate`` or ``measured``; ``info["virtual_time"]`` adds up the build and run
+    seconds the episode's trials took when they were measured (live: as they are measured), and
+    ``budget_seconds`` ends the episode once it is spent, as ``budget`` does after that many
+    trials. Nothing answered from the dataset is written to ``records`` as a measurement.
+    ``dataset_device`` picks the device to replay in a dataset of several.
+
     The env pickles (``pickle.dumps(env)``, and so ``AsyncVectorEnv``): the copy keeps the
     episode (history, best, partial knobs, ``np_random``), reconnects to the same records
     database, and starts its own measurer (same target and options) when it first measures.
@@ -145,7 +157,9 @@ class TensorSchedEnv(gym.Env):
                  measurer: Optional[Measurer] = None, failure_reward: Optional[float] = None,
                  num_threads: int = 0, render_mode: Optional[str] = None,
                  max_invalid_actions: Optional[int] = None, confirm_best: bool = True,
-                 early_stop: float = 3.0) -> None:
+                 early_stop: float = 3.0, measure: str = "live", dataset: Any = None,
+                 on_miss: str = "error", budget_seconds: Optional[float] = None,
+                 dataset_device: Optional[str] = None) -> None:
         from ..features import FEATURE_MODES, feature_length
 
         self.workload = get_workload(workload)
@@ -178,10 +192,13 @@ class TensorSchedEnv(gym.Env):
         self._own_measurer = measurer is None
         self._measure_options = measure_options or MeasureOptions()
         self._runtime_kwargs = {"num_threads": num_threads} if self.target == "cpu" else {}
+        self._init_replay(measure, dataset, on_miss, budget_seconds, dataset_device)
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None
         self._obs_cache = None
+        self._configs: dict = {}  # action bytes -> config (config mode)
+        self._json: dict = {}  # config index -> its JSON (info["config"])
         self.meter = Meter()
         self.featurizer = Featurizer()  # its row cache and helper processes are this env's
 
@@ -192,6 +209,7 @@ class TensorSchedEnv(gym.Env):
             raise TensorGymError(f"max_invalid_actions must be an integer >= 1, got "
                                  f"{max_invalid_actions!r}")
         self.max_invalid_actions = int(max_invalid_actions)
+        self._action_shape = (n_knobs,)
         if action_mode == "config":
             self.action_space = spaces.MultiDiscrete(np.array(self.space.dims, dtype=np.int64))
         else:
@@ -214,8 +232,34 @@ class TensorSchedEnv(gym.Env):
 
     # ---------------------------------------------------------------- public API for agents
 
+    def _init_replay(self, measure: str, dataset: Any, on_miss: str,
+                     budget_seconds: Optional[float], device: Optional[str]) -> None:
+        if measure not in ("live", "replay"):
+            raise TensorGymError(f"unknown measure {measure!r}; use 'live' or 'replay'")
+        if (measure == "replay") != (dataset is not None):
+            raise TensorGymError("measure='replay' needs dataset=PATH, and dataset= needs "
+                                 "measure='replay'")
+        if budget_seconds is not None and not (isinstance(budget_seconds, (int, float))
+                                               and 0 < budget_seconds < math.inf):
+            raise TensorGymError(f"budget_seconds must be a positive number, got "
+                                 f"{budget_seconds!r}")
+        self.measure_mode = measure
+        self.budget_seconds = budget_seconds
+        self.record_options: dict = {}  # kept with each record written (e.g. by a collection)
+        self._replay = None
+        if measure == "replay":
+            from ..dataset.replay import ReplayMeasurer
+
+            self._replay = ReplayMeasurer(dataset, self.target, on_miss, device=device,
+                                          live=self._measurer, options=self._measure_options,
+                                          runtime_kwargs=self._runtime_kwargs,
+                                          workload=self.workload)
+            self._replay.task(self.workload)  # a dataset without this task fails here
+
     @property
     def measurer(self) -> Measurer:
+        if self._replay is not None:
+            return self._replay
         if self._measurer is None:
             self._measurer = Measurer(self.target, self._measure_options, **self._runtime_kwargs)
         return self._measurer
@@ -231,6 +275,14 @@ class TensorSchedEnv(gym.Env):
         ``loop_names`` adds the loop variable names to ``ast`` trees (vanilla TreeGRU)."""
         from ..features import default_jobs
 
+        if self._replay is not None and (mode or self.obs_mode) in ("relation", "context",
+                                                                    "config"):
+            with self.meter.time("featurize"):  # recorded configs' rows come with the dataset
+                return self._replay.featurize(
+                    self.workload, configs, mode or self.obs_mode,
+                    lambda cs: self.featurizer.featurize(
+                        self.workload, cs, mode or self.obs_mode, space=self.space,
+                        n_jobs=default_jobs() if n_jobs is None else n_jobs))
         with self.meter.time("featurize"):
             return self.featurizer.featurize(
                 self.workload, list(configs), mode or self.obs_mode, space=self.space,
@@ -241,6 +293,9 @@ class TensorSchedEnv(gym.Env):
         configs = list(configs)
         for c in configs:  # a config of exactly this space, not merely of one with its name
             self.space.validate(c)
+        return self._measure_valid(configs)
+
+    def _measure_valid(self, configs: list[Config]) -> list[MeasureResult]:
         results: list[Optional[MeasureResult]] = [None] * len(configs)
         if self.use_cache and self.records is not None:
             with self.meter.time("other"):
@@ -255,13 +310,16 @@ class TensorSchedEnv(gym.Env):
         if todo:
             bound = self.early_stop * self.best.median if self.early_stop and self.best else 0.0
             fresh = self._measure_now([configs[i] for i in todo], stop_slower_than=bound)
-            if self.records is not None:
+            if self.records is not None and not all(r.cached for r in fresh):
                 with self.meter.time("other"):
-                    self.records.add_many(self.workload, self.target, self.device, fresh)
+                    self.records.add_many(self.workload, self.target, self.device, fresh,
+                                          options={"measurer": self.measurer.describe(),
+                                                   **self.record_options})
             for i, r in zip(todo, fresh):
                 results[i] = r
         for r in results:
             self.history.append(r)
+            self.virtual_time += r.build_time + r.run_time
             if r.ok and (self.best is None or r.gflops > self.best.gflops):
                 self.best = r
         return results  # type: ignore[return-value]
@@ -274,8 +332,11 @@ class TensorSchedEnv(gym.Env):
         fresh = m.measure(self.workload, configs, **kwargs)
         if self.confirm_best:
             fresh = self._confirm_new_bests(fresh)
+        if m is self._replay and m.seconds == before:  # all replayed: nothing built or run
+            return fresh
         self.meter.add_measurement(m.seconds["build"] - before["build"],
-                                   m.seconds["run"] - before["run"], fresh)
+                                   m.seconds["run"] - before["run"],
+                                   [r for r in fresh if not r.cached])  # replay built nothing
         return fresh
 
     def _confirm_new_bests(self, fresh: list[MeasureResult]) -> list[MeasureResult]:
@@ -300,6 +361,9 @@ class TensorSchedEnv(gym.Env):
 
     @property
     def reference_seconds(self) -> float:
+        if self._reference_seconds is None and self._replay is not None:
+            self._reference_seconds = self._replay.reference_seconds(self.workload,
+                                                                     self.reference_config)
         if self._reference_seconds is None:
             cfg_json = self.reference_config.to_json()
             cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
@@ -332,10 +396,13 @@ class TensorSchedEnv(gym.Env):
         self._truncated = False
         self._last_config = self.reference_config
         self._best_log = None
+        self.virtual_time = 0.0  # build + run seconds of this episode's trials, as measured
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
         self._reset_state()
+        if self._replay is not None and seed is not None:
+            self._replay.reseed(seed)
         return self._observe(), {"trials": 0, "space_size": self.space.size}
 
     def step(self, action):
@@ -344,14 +411,13 @@ class TensorSchedEnv(gym.Env):
         if self._truncated:
             raise TensorGymError(f"the episode was truncated after {self.invalid_actions} "
                                  "invalid actions: call reset() to start a new one")
+        if self._time_spent():
+            raise TensorGymError(f"the time budget ({self.budget_seconds:g} s) is spent: call "
+                                 "reset() to start a new session")
         try:
             if self.action_mode == "knob":
                 return self._step_knob(action)
-            try:
-                config = self.space.from_choices(action)
-            except InvalidConfigError as e:
-                raise InvalidConfigError(f"invalid action {short_repr(action)}: {e}") from None
-            return self._step_config(config)
+            return self._step_config(self._config_of(action))
         except TensorGymError:
             raise
         except Exception as e:  # noqa: BLE001 - the documented contract: one exception family
@@ -359,11 +425,32 @@ class TensorSchedEnv(gym.Env):
 
     def _step_config(self, config: Config):
         best_before = self.best
-        result = self.measure([config])[0]
+        result = self._measure_valid([config])[0]  # from_choices made it of this space
         self._last_config = config
         reward = self._reward(result, best_before)
-        terminated = self.trials >= self.budget
+        terminated = self.trials >= self.budget or self._time_spent()
         return self._observe(), reward, terminated, False, self._info(result)
+
+    def _config_of(self, action: Any):
+        """The config of a config-mode action. Integer arrays seen before come from a memo
+        (validating an action costs more than a whole replayed step)."""
+        key = (action.tobytes(), action.dtype.char) if (
+            isinstance(action, np.ndarray) and action.dtype.kind in "iu"
+            and action.shape == self._action_shape) else None
+        config = self._configs.get(key) if key is not None else None
+        if config is None:
+            try:
+                config = self.space.from_choices(action)
+            except InvalidConfigError as e:
+                raise InvalidConfigError(f"invalid action {short_repr(action)}: {e}") from None
+            if key is not None:
+                if len(self._configs) >= 65536:
+                    self._configs.clear()
+                self._configs[key] = config
+        return config
+
+    def _time_spent(self) -> bool:
+        return self.budget_seconds is not None and self.virtual_time >= self.budget_seconds
 
     def _knob_option(self, action: Any) -> "int | str":
         """The option ``action`` sets on the next knob, or why it is invalid."""
@@ -411,7 +498,9 @@ class TensorSchedEnv(gym.Env):
     def _observe(self):
         cfg = self._last_config
         if self._obs_cache is None or self._obs_cache[0] is not cfg:  # knob steps re-observe
-            self._obs_cache = (cfg, self.featurize([cfg])[0])
+            row = (self._replay.recorded_row(self.workload, cfg, self.obs_mode)
+                   if self._replay is not None else None)  # a lookup: not metered
+            self._obs_cache = (cfg, row if row is not None else self.featurize([cfg])[0])
         feats = self._obs_cache[1]
         part = np.zeros(len(self.space.knobs), np.float32)
         for i, c in enumerate(self._partial):
@@ -424,14 +513,24 @@ class TensorSchedEnv(gym.Env):
         feats = feats.astype(np.float32)
         return np.concatenate([feats, part]) if self.action_mode == "knob" else feats
 
+    def _config_json(self, config: Config) -> str:
+        text = self._json.get(config.index)
+        if text is None:
+            if len(self._json) >= 65536:
+                self._json.clear()
+            text = self._json[config.index] = config.to_json()
+        return text
+
     def _info(self, r: MeasureResult) -> dict:
-        return {"runtime": r.median, "gflops": r.gflops, "config": r.config.to_json(),
+        return {"runtime": r.median, "gflops": r.gflops, "config": self._config_json(r.config),
                 "error": r.error.name, "error_msg": r.error_msg,
                 "best_gflops": self.best.gflops if self.best else 0.0,
                 "trials": self.trials, "cached": r.cached,
                 "build_time": r.build_time, "run_time": r.run_time, "cv": r.cv,
                 "confirmed": bool(r.extra.get("confirmed")),
-                "early_stop": bool(r.extra.get("early_stop")), "drift": r.extra.get("drift")}
+                "early_stop": bool(r.extra.get("early_stop")), "drift": r.extra.get("drift"),
+                "source": r.extra.get("source") or ("recorded" if r.cached else "measured"),
+                "virtual_time": self.virtual_time}
 
     def render(self):
         if self.render_mode != "ansi":
@@ -444,6 +543,8 @@ class TensorSchedEnv(gym.Env):
         if self._own_measurer and self._measurer is not None:
             self._measurer.close()
             self._measurer = None
+        if self._replay is not None:
+            self._replay.close()
         self.featurizer.close()
         super().close()
 

@@ -1,0 +1,260 @@
+"""A dataset: the checked records of a records database (the format of truth), or of its export
+(Parquet or JSON lines, one row per record), with a content digest that is the same whatever the
+file format."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from ..errors import TensorGymError
+from ..records import COLUMNS, Record, Records
+
+EXPORT_SUFFIXES = (".parquet", ".jsonl")
+
+# Export columns: a record's (``records.COLUMNS``) plus derived ones for readers of the file alone.
+# ``gflops`` is recomputed from ``costs`` when a file is loaded, never trusted.
+DERIVED = ("workload_name", "error_name", "median")
+
+
+class DatasetError(TensorGymError, ValueError):
+    """A dataset that cannot be read, or that lacks what was asked of it."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """What records are keyed by: a workload measured on one target's device."""
+
+    workload_key: str
+    target: str
+    device: str
+
+
+class Dataset:
+    """``Dataset.load(path)`` reads a records database (``.db`` or any other name: SQLite) or an
+    export (``.parquet``, ``.jsonl``). ``records`` keep the file's order; ``digest`` hashes their
+    content, so a database and its export have the same digest. Picklable (by path, reloaded)."""
+
+    def __init__(self, records: Iterable[Record], path: str = "",
+                 names: Optional[dict[str, str]] = None) -> None:
+        self.records: tuple[Record, ...] = tuple(records)
+        self.path = path
+        self.names = dict(names or {})  # workload key -> registered name, where known
+        self._by_task: Optional[dict[Task, list[Record]]] = None
+
+    # ---------------------------------------------------------------- reading
+
+    @classmethod
+    def load(cls, path: "str | os.PathLike") -> "Dataset":
+        path = str(path)
+        if not Path(path).is_file():
+            raise DatasetError(f"no dataset at {path}: give a records database (tensorgym dataset "
+                               "collect --db PATH) or an export (.parquet, .jsonl)")
+        suffix = Path(path).suffix.lower()
+        if suffix == ".parquet":
+            rows = _read_parquet(path)
+        elif suffix == ".jsonl":
+            rows = _read_jsonl(path)
+        else:
+            db = Records(path)
+            try:
+                recs = db.query()
+                names = db.workload_names()
+            finally:
+                db.close()
+            return cls(recs, path, names)
+        names = {r["workload_key"]: r.get("workload_name") for r in rows
+                 if r.get("workload_name")}
+        checker = Records(":memory:")
+        try:
+            recs = checker.check(_row_values(r, path) for r in rows)
+        finally:
+            checker.close()
+        return cls(recs, path, names)
+
+    def __reduce__(self):
+        if not self.path:
+            return (Dataset, (self.records, "", self.names))
+        return (Dataset.load, (self.path,))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def by_task(self) -> dict[Task, list[Record]]:
+        if self._by_task is None:
+            out: dict[Task, list[Record]] = {}
+            for r in self.records:
+                out.setdefault(Task(r.workload_key, r.target, r.device), []).append(r)
+            self._by_task = out
+        return self._by_task
+
+    def tasks(self) -> list[Task]:
+        return list(self.by_task)
+
+    def devices(self, target: Optional[str] = None) -> list[str]:
+        return sorted({t.device for t in self.by_task if target is None or t.target == target})
+
+    def task_records(self, workload_key: str, target: str, device: str) -> list[Record]:
+        """The records of one task; a ``DatasetError`` says what the dataset has instead."""
+        recs = self.by_task.get(Task(workload_key, target, device))
+        if not recs:
+            have = sorted({t.workload_key for t in self.by_task
+                           if t.target == target and t.device == device})
+            raise DatasetError(f"dataset {self.path or '(in memory)'} has no records of "
+                               f"{workload_key} on {target} device {device!r}; it has "
+                               f"{', '.join(have) or 'none'} there")
+        return recs
+
+    def name(self, workload_key: str) -> str:
+        return self.names.get(workload_key) or workload_key
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 of the records' content in order (not of the file: a database and its export
+        have the same digest)."""
+        h = hashlib.sha256()
+        for r in self.records:
+            h.update(json.dumps([r.workload_key, r.target, r.device, r.space_name,
+                                 r.config_index, r.config_json, list(r.costs), int(r.error),
+                                 r.error_msg, r.build_time, r.run_time, r.timestamp, r.options],
+                                separators=(",", ":")).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+    # ---------------------------------------------------------------- writing
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per record: ``records.COLUMNS`` and ``DERIVED``; ``costs`` a list."""
+        out = []
+        for r in self.records:
+            row = {c: getattr(r, c) for c in COLUMNS}
+            row["costs"] = list(r.costs)
+            row["error"] = int(r.error)
+            row["workload_name"] = self.names.get(r.workload_key, "")
+            row["error_name"] = r.error.name
+            row["median"] = r.median if r.ok else None
+            out.append(row)
+        return out
+
+    def export(self, path: "str | os.PathLike") -> int:
+        """Write every record to ``path`` (``.parquet`` needs pyarrow: the ``dataset`` extra;
+        ``.jsonl``); returns the number of records."""
+        path = str(path)
+        suffix = Path(path).suffix.lower()
+        if suffix not in EXPORT_SUFFIXES:
+            raise DatasetError(f"cannot export to {path}: use a .parquet or .jsonl file name")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        rows = self.rows()
+        if suffix == ".parquet":
+            _write_parquet(rows, path)
+        else:
+            with open(path, "w") as f:
+                for row in rows:
+                    f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        return len(rows)
+
+    def to_records(self, db: "str | os.PathLike | Records") -> int:
+        """Write every record into a records database (``tensorgym dataset import``): the
+        inverse of ``export``; returns the number written."""
+        target = db if isinstance(db, Records) else Records(db)
+        try:
+            return target.import_records(self.records, self.names)
+        finally:
+            if target is not db:
+                target.close()
+
+    # ---------------------------------------------------------------- summary
+
+    def summary(self) -> dict[str, Any]:
+        """Per task: records, distinct configs, failure rate, best GFLOP/s and its config; and
+        the strategies that collected them (from the records' options)."""
+        tasks = []
+        for task, recs in self.by_task.items():
+            ok = [r for r in recs if r.ok]
+            best = max(ok, key=lambda r: r.gflops) if ok else None
+            tasks.append({
+                "workload": self.name(task.workload_key), "workload_key": task.workload_key,
+                "target": task.target, "device": task.device, "records": len(recs),
+                "configs": len({r.config_json for r in recs}),
+                "failure_rate": 1 - len(ok) / len(recs),
+                "best_gflops": best.gflops if best else 0.0,
+                "best_config": json.loads(best.config_json) if best else None,
+                "strategies": dict(Counter(_strategy(r) for r in recs)),
+                "errors": dict(Counter(r.error.name for r in recs if not r.ok)),
+            })
+        return {"path": self.path, "records": len(self.records), "digest": self.digest,
+                "workloads": len({t.workload_key for t in self.by_task}),
+                "devices": self.devices(), "tasks": tasks}
+
+
+def _strategy(r: Record) -> str:
+    try:
+        return json.loads(r.options).get("collect", {}).get("strategy", "") or "unknown"
+    except (ValueError, AttributeError):
+        return "unknown"
+
+
+def _row_values(row: dict, path: str) -> tuple:
+    try:
+        values = [row[c] for c in COLUMNS]
+    except KeyError as e:
+        raise DatasetError(f"{path}: a row lacks column {e.args[0]!r}; is this a tensorgym "
+                           "dataset export?") from None
+    i = COLUMNS.index("costs")
+    values[i] = json.dumps(list(values[i]))
+    return tuple(values)
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise DatasetError(f"{path}:{n}: not JSON: {e}") from None
+    return rows
+
+
+def _pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DatasetError("Parquet needs pyarrow: pip install 'tensorgym[dataset]', or use a "
+                           ".jsonl file") from None
+    return pa, pq
+
+
+def _schema(pa):
+    return pa.schema([
+        ("workload_key", pa.string()), ("target", pa.string()), ("device", pa.string()),
+        ("space_name", pa.string()), ("config_index", pa.int64()), ("config_json", pa.string()),
+        ("costs", pa.list_(pa.float64())), ("error", pa.int32()), ("error_msg", pa.string()),
+        ("gflops", pa.float64()), ("build_time", pa.float64()), ("run_time", pa.float64()),
+        ("timestamp", pa.float64()), ("options", pa.string()), ("workload_name", pa.string()),
+        ("error_name", pa.string()), ("median", pa.float64())])
+
+
+def _write_parquet(rows: list[dict], path: str) -> None:
+    pa, pq = _pyarrow()
+    table = pa.Table.from_pylist(rows, schema=_schema(pa))
+    pq.write_table(table, path, compression="zstd")
+
+
+def _read_parquet(path: str) -> list[dict]:
+    pa, pq = _pyarrow()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetError(f"{path}: cannot read Parquet: {e}") from None
+
+
+__all__ = ["DERIVED", "Dataset", "DatasetError", "EXPORT_SUFFIXES", "Task"]

@@ -1,0 +1,514 @@
+"""Replay: measurements served from a dataset, behind the ``Measurer`` interface, so the env, the
+tuning loop, the agents and the baselines run on recorded data unchanged.
+
+A recorded config answers with one of its records, drawn with the replay's seed (the env reseeds
+it on ``reset(seed=...)``), its samples resampled with replacement (``resample``): every cost is
+a recorded sample, and the median varies as a re-measurement's would. A config the dataset lacks
+is a miss, answered as ``on_miss`` says:
+
+- ``error``: ``ReplayMissError`` (a ``TensorGymError``), before anything is answered;
+- ``nearest``: the recorded config that differs in the fewest knobs (then the smallest moves);
+- ``surrogate``: an XGBoost regression of the time on the features (``surrogate.py``);
+- ``measure``: measured on this machine, which must be the dataset's device.
+
+``extra["source"]`` of every result is ``recorded``, ``surrogate`` (nearest and surrogate
+answers: not a measurement of this config) or ``measured``; recorded and surrogate answers are
+``cached`` (nothing was measured now) and a records database refuses to store them as
+measurements. ``build_time`` and ``run_time`` are what the recorded measurement took (a
+surrogate answer: the task's median ones), so a caller can add up the virtual time.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..errors import ErrorCode, InvalidConfigError, TensorGymError
+from ..hardware.measure import MeasureOptions
+from ..hardware.result import MeasureResult, spread
+from ..hardware.target import get_target
+from ..space import Config, ConfigSpace
+from ..workloads import Workload
+from .cache import CacheDir, feature_code_hash, load_rows, save_rows, short_hash
+from .data import Dataset, DatasetError, Task
+
+ON_MISS = ("error", "nearest", "surrogate", "measure")
+SOURCES = ("recorded", "surrogate", "measured")
+CACHED_MODES = ("relation", "context", "config")  # feature modes kept per recorded config
+MAX_MISS_ROWS = 200_000  # feature rows of missed configs kept in memory (then forgotten)
+
+
+class ReplayMissError(TensorGymError, KeyError):
+    """A config the dataset has no record of, with ``on_miss="error"``."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class ReplayResult(MeasureResult):
+    """A ``MeasureResult`` whose median, GFLOP/s and spread are computed once (an env step asks
+    for them a dozen times, and replay answers 20,000 steps a second)."""
+
+    def __post_init__(self) -> None:
+        ok = self.error == ErrorCode.NO_ERROR and bool(self.costs)
+        median = statistics.median(self.costs) if ok else math.inf
+        object.__setattr__(self, "_ok", ok)
+        object.__setattr__(self, "_median", median)
+        object.__setattr__(self, "_gflops", self.flops / median / 1e9
+                           if ok and median > 0 else 0.0)
+        object.__setattr__(self, "_cv", spread(self.costs) if ok else 0.0)
+
+    @property
+    def ok(self) -> bool:
+        return self._ok
+
+    @property
+    def median(self) -> float:
+        return self._median
+
+    @property
+    def gflops(self) -> float:
+        return self._gflops
+
+    @property
+    def cv(self) -> float:
+        return self._cv
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One record, ready to answer with."""
+
+    costs: tuple[float, ...]
+    error: ErrorCode
+    error_msg: str
+    build_time: float
+    run_time: float
+    timestamp: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ErrorCode.NO_ERROR and len(self.costs) > 0
+
+
+@dataclass
+class ReplayTask:
+    """The recorded configs of one workload on the replay's device: ``configs[i]`` has the
+    records ``samples[i]``; ``index_of`` maps a config index to ``i``."""
+
+    workload: Workload
+    space: ConfigSpace
+    configs: list[Config]
+    samples: list[list[_Sample]]
+    index_of: dict[int, int]
+    choices: np.ndarray  # (n, knobs) option indices, for on_miss="nearest"
+    flops: int = 0
+    rows: dict[str, np.ndarray] = field(default_factory=dict)  # mode -> (n, features)
+    miss_rows: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
+    surrogate: Any = None
+
+    def median_times(self) -> tuple[float, float]:
+        """Median build and run seconds of the successful records (what a miss is charged)."""
+        ok = [s for ss in self.samples for s in ss if s.ok] or [s for ss in self.samples
+                                                                for s in ss]
+        return (float(np.median([s.build_time for s in ok])),
+                float(np.median([s.run_time for s in ok])))
+
+
+class ReplayMeasurer:
+    """A ``Measurer`` whose answers come from ``dataset`` (a path or a ``Dataset``: share one
+    between envs to load it once). ``device``: the dataset's device to replay (default: its
+    only one for ``target``, or for ``workload`` if given). ``seed``: of the draws (``reseed`` starts again). ``live``: the
+    measurer of ``on_miss="measure"`` (default: one made on the first miss, with ``options``
+    and ``runtime_kwargs``). ``cache_dir``: where feature rows and the surrogate are kept
+    (default: ``<dataset>.cache`` beside it)."""
+
+    replay = True
+
+    def __init__(self, dataset: "str | os.PathLike | Dataset", target: str = "cpu",
+                 on_miss: str = "error", device: Optional[str] = None, seed: int = 0,
+                 resample: bool = True, live: Any = None,
+                 options: Optional[MeasureOptions] = None,
+                 runtime_kwargs: Optional[dict] = None, cache_dir: Optional[str] = None,
+                 workload: Optional[Workload] = None) -> None:
+        if on_miss not in ON_MISS:
+            raise TensorGymError(f"unknown on_miss {on_miss!r}; use one of {', '.join(ON_MISS)}")
+        self.dataset = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
+        self.target_info = get_target(target)
+        self.target = self.target_info.kind
+        self.on_miss = on_miss
+        self.resample = resample
+        self.options = options or MeasureOptions()
+        self.runtime_kwargs = dict(runtime_kwargs or {})
+        self._seed = seed
+        self._rng = random.Random(seed)
+        self._live = live
+        self._own_live = live is None
+        self._live_checked = False
+        self._cache_dir = cache_dir
+        self.cache = CacheDir(self.dataset.path, self.dataset.digest, cache_dir)
+        self.seconds = {"build": 0.0, "run": 0.0}  # wall seconds of live measurements only
+        self.sources: Counter = Counter()  # answers given, by source
+        self._tasks: dict[str, ReplayTask] = {}
+        self._last: tuple = (None, None)  # the workload asked last and its task
+        self._featurizer = None
+        devices = self.dataset.devices(self.target)
+        if device is None and workload is not None:
+            devices = [d for d in devices if self.dataset.by_task.get(
+                Task(workload.key, self.target, d))] or devices
+        if device is None:
+            if len(devices) != 1:
+                raise DatasetError(f"dataset {self.dataset.path} has {len(devices)} "
+                                   f"{self.target} devices ({', '.join(devices) or 'none'}): "
+                                   "choose one with device= (the env's dataset_device=)")
+            device = devices[0]
+        elif device not in devices:
+            raise DatasetError(f"dataset {self.dataset.path} has no records of {self.target} "
+                               f"device {device!r}; it has {', '.join(devices) or 'none'}")
+        self.device = device
+
+    # ---------------------------------------------------------------- the Measurer interface
+
+    def reseed(self, seed: int) -> None:
+        """Draw from the start of ``seed``'s stream (the env calls it on ``reset(seed=...)``)."""
+        self._rng = random.Random(seed)
+
+    def measure(self, workload: Workload, configs: Sequence[Config],
+                stop_slower_than: float = 0.0) -> list[MeasureResult]:
+        """The answers for ``configs`` (``stop_slower_than`` applies to live measurements
+        only: a recorded answer is a whole recorded measurement)."""
+        task = self.task(workload)
+        index_of, key = task.index_of, task.space.key
+        if len(configs) == 1:  # an env step: the hot path
+            c = configs[0]
+            p = index_of.get(c.index) if c.space_key is key or c.space_key == key else None
+            if p is not None:
+                self.sources["recorded"] += 1
+                return [self._recorded(task, p, c)]
+        at = [index_of.get(c.index) if c.space_key == key else None for c in configs]
+        misses = [i for i, p in enumerate(at) if p is None]
+        if misses and self.on_miss == "error":
+            raise self._miss_error(task, [configs[i] for i in misses])
+        out: list[Optional[MeasureResult]] = [None] * len(configs)
+        for i, p in enumerate(at):
+            if p is not None:
+                out[i] = self._recorded(task, p, configs[i])
+        if misses:
+            for i, r in zip(misses, self._answer_misses(task, [configs[i] for i in misses],
+                                                        stop_slower_than)):
+                out[i] = r
+        self.sources.update(r.extra["source"] for r in out)
+        return out  # type: ignore[return-value]
+
+    def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
+        """A recorded answer: ``confirm_repeat`` samples drawn again from the config's records
+        (its run time charged again); a live one: ``Measurer.confirm``; a surrogate one has
+        nothing to confirm it with and comes back as it is, marked confirmed."""
+        source = result.extra.get("source")
+        if source == "measured":
+            return self._mark(self._with_live(lambda m: m.confirm(workload, result)), "measured")
+        task = self.task(workload)
+        p = task.index_of.get(result.config.index)
+        if source != "recorded" or p is None:
+            return replace(result, extra={**result.extra, "confirmed": True})
+        again = self._recorded(task, p, result.config, self.options.confirm_repeat)
+        return replace(again, build_time=result.build_time,
+                       run_time=result.run_time + again.run_time,
+                       extra={**again.extra, "confirmed": True, "screened_costs": result.costs})
+
+    def describe(self) -> dict:
+        return {"target": self.target, "device": self.device, "replay": self.dataset.path,
+                "dataset_digest": self.dataset.digest, "on_miss": self.on_miss,
+                "resample": self.resample, **asdict(self.options)}
+
+    def close(self) -> None:
+        if self._own_live and self._live is not None:
+            self._live.close()
+            self._live = None
+        if self._featurizer is not None:
+            self._featurizer.close()
+
+    def __deepcopy__(self, memo: dict) -> "ReplayMeasurer":
+        return self
+
+    def __reduce__(self):
+        # the copy reloads the dataset, draws on where this one is, and makes its own live
+        # measurer if it needs one
+        return (_new_replay, (self.dataset, self.target, self.on_miss, self.device, self._seed,
+                              self.resample, None, self.options, self.runtime_kwargs,
+                              self._cache_dir), self._rng.getstate())
+
+    def __setstate__(self, state: Any) -> None:
+        self._rng.setstate(state)
+
+    # ---------------------------------------------------------------- beyond Measurer
+
+    def reference_seconds(self, workload: Workload, config: Config) -> float:
+        """The reference schedule's seconds: the median of all its recorded samples (no draw:
+        rewards keep one reference); a miss is answered as ``on_miss`` says."""
+        task = self.task(workload)
+        p = task.index_of.get(config.index)
+        if p is None:
+            r = self.measure(workload, [config])[0]
+        else:
+            costs = [c for s in task.samples[p] if s.ok for c in s.costs]
+            r = ReplayResult(config, tuple(costs), flops=workload.flops)
+            if not costs:
+                r = replace(r, error=task.samples[p][0].error)
+        if not r.ok:
+            raise TensorGymError(f"the reference schedule of {workload.label} has no successful "
+                                 f"record in {self.dataset.path} ({r.error.name})")
+        return r.median
+
+    def featurize(self, workload: Workload, configs: Sequence[Config], mode: str,
+                  compute: Callable[[list[Config]], np.ndarray]) -> np.ndarray:
+        """Feature rows of ``configs``: recorded configs' from the cache beside the dataset
+        (computed and written there once), others by ``compute`` (kept in memory)."""
+        task = self.task(workload)
+        rows = task.rows.get(mode)
+        if rows is None:
+            rows = task.rows[mode] = self._task_rows(task, mode)
+        index_of, key = task.index_of, task.space.key
+        if len(configs) == 1:  # the env's observation: the hot path
+            c = configs[0]
+            p = index_of.get(c.index) if c.space_key == key else None
+            if p is not None:
+                return rows[p:p + 1].copy()
+        extra = task.miss_rows.setdefault(mode, {})
+        out = np.empty((len(configs), rows.shape[1]), np.float32)
+        todo = []
+        for i, c in enumerate(configs):
+            p = index_of.get(c.index) if c.space_key == key else None
+            if p is not None:
+                out[i] = rows[p]
+            elif (row := extra.get(c.index)) is not None and c.space_key == key:
+                out[i] = row
+            else:
+                todo.append(i)
+        if todo:
+            fresh = compute([configs[i] for i in todo])
+            if len(extra) + len(todo) > MAX_MISS_ROWS:
+                extra.clear()
+            for i, row in zip(todo, fresh):
+                out[i] = row
+                if configs[i].space_key == key:
+                    extra[configs[i].index] = row
+        return out
+
+    def recorded_row(self, workload: Workload, config: Config, mode: str) -> Optional[np.ndarray]:
+        """The cached feature row of a recorded config (None for a miss or another mode)."""
+        if mode not in CACHED_MODES:
+            return None
+        task = self.task(workload)
+        p = task.index_of.get(config.index)
+        if p is None or not (config.space_key is task.space.key
+                             or config.space_key == task.space.key):
+            return None
+        rows = task.rows.get(mode)
+        if rows is None:
+            rows = task.rows[mode] = self._task_rows(task, mode)
+        return rows[p]
+
+    def task(self, workload: Workload) -> ReplayTask:
+        if workload is self._last[0]:
+            return self._last[1]
+        key = workload.key
+        task = self._tasks.get(key)
+        if task is None:
+            task = self._tasks[key] = self._load_task(workload)
+        self._last = (workload, task)
+        return task
+
+    # ---------------------------------------------------------------- internals
+
+    def _load_task(self, workload: Workload) -> ReplayTask:
+        from ..templates import space_for
+
+        space = space_for(workload, self.target)
+        recs = self.dataset.task_records(workload.key, self.target, self.device)
+        configs: list[Config] = []
+        samples: list[list[_Sample]] = []
+        index_of: dict[int, int] = {}
+        parsed: dict[str, Optional[Config]] = {}
+        skipped = 0
+        for r in recs:
+            if r.config_json not in parsed:
+                try:
+                    parsed[r.config_json] = (space.from_json(r.config_json)
+                                             if r.space_name == space.name else None)
+                except InvalidConfigError:
+                    parsed[r.config_json] = None
+            c = parsed[r.config_json]
+            if c is None:
+                skipped += 1
+                continue
+            s = _Sample(tuple(r.costs), r.error, r.error_msg, r.build_time, r.run_time,
+                        r.timestamp)
+            if c.index not in index_of:
+                index_of[c.index] = len(configs)
+                configs.append(c)
+                samples.append([])
+            samples[index_of[c.index]].append(s)
+        if skipped:
+            warnings.warn(f"replay: {skipped} records of {workload.label} in "
+                          f"{self.dataset.path} are not configs of today's space {space.label} "
+                          "(the template changed since they were collected); left out",
+                          stacklevel=3)
+        if not configs:
+            raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
+                               f"{workload.label} on {self.device}")
+        choices = np.array([c.choices for c in configs], np.int64)
+        return ReplayTask(workload, space, configs, samples, index_of, choices, workload.flops)
+
+    def _recorded(self, task: ReplayTask, p: int, config: Config,
+                  n: Optional[int] = None) -> MeasureResult:
+        options = task.samples[p]
+        s = options[0] if len(options) == 1 else self._rng.choice(options)
+        costs = s.costs
+        if s.error == ErrorCode.NO_ERROR and (self.resample or n is not None) and costs:
+            costs = tuple(self._rng.choices(costs, k=n or len(costs)))
+        return ReplayResult(config, costs, s.error, s.error_msg, task.flops,
+                            s.build_time, s.run_time, s.timestamp, cached=True,
+                            extra={"source": "recorded"})
+
+    def _answer_misses(self, task: ReplayTask, configs: list[Config],
+                       stop_slower_than: float) -> list[MeasureResult]:
+        if self.on_miss == "measure":
+            results = self._with_live(lambda m: m.measure(task.workload, configs,
+                                                           stop_slower_than=stop_slower_than))
+            return [self._mark(r, "measured") for r in results]
+        out: list[Optional[MeasureResult]] = [None] * len(configs)
+        valid = []
+        limits = self.target_info.limits()
+        from ..templates import check_config
+
+        for i, c in enumerate(configs):
+            try:  # the template's own check answers exactly what a build would
+                check_config(task.workload, c, limits)
+                valid.append(i)
+            except InvalidConfigError as e:
+                out[i] = ReplayResult(c, (), ErrorCode.INSTANTIATION_ERROR, str(e),
+                                       task.workload.flops, cached=True,
+                                       extra={"source": "surrogate", "surrogate": "check"})
+        if self.on_miss == "nearest":
+            for i in valid:
+                out[i] = self._nearest(task, configs[i])
+        elif valid:
+            for i, r in zip(valid, self._surrogate(task, [configs[i] for i in valid])):
+                out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _nearest(self, task: ReplayTask, config: Config) -> MeasureResult:
+        dims = np.maximum(np.array(task.space.dims) - 1, 1)
+        diff = task.choices - np.array(config.choices)
+        score = (diff != 0).sum(1) + (np.abs(diff) / dims).sum(1) / (len(dims) + 1)
+        p = int(np.argmin(score))
+        r = self._recorded(task, p, config)
+        return replace(r, extra={"source": "surrogate", "surrogate": "nearest",
+                                 "nearest": task.configs[p].index})
+
+    def _surrogate(self, task: ReplayTask, configs: list[Config]) -> list[MeasureResult]:
+        from .surrogate import FEATURE_MODE, Surrogate
+
+        if task.surrogate is None:
+            rows = task.rows.get(FEATURE_MODE)
+            if rows is None:
+                rows = task.rows[FEATURE_MODE] = self._task_rows(task, FEATURE_MODE)
+            ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
+            X = rows[[p for p, _ in ok]] if ok else rows[:0]
+            y = np.array([float(np.median(s.costs)) for _, s in ok])
+            name = f"surrogate-{short_hash(task.workload.key + '|' + self.device)}-" \
+                   f"{feature_code_hash()}"
+            task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
+        X = self._compute_rows(task, configs, FEATURE_MODE)
+        seconds = task.surrogate.predict_seconds(X)
+        build, run = task.median_times()
+        return [ReplayResult(c, (float(t),), ErrorCode.NO_ERROR, "", task.workload.flops,
+                              build, run, 0.0, cached=True,
+                              extra={"source": "surrogate", "surrogate": "xgboost"})
+                for c, t in zip(configs, seconds)]
+
+    def _task_rows(self, task: ReplayTask, mode: str) -> np.ndarray:
+        """Rows of every recorded config of ``task``, from the cache or computed and cached."""
+        if mode not in CACHED_MODES:
+            raise TensorGymError(f"replay keeps feature rows of modes {CACHED_MODES}, not {mode!r}")
+        jsons = [c.to_json() for c in task.configs]
+        name = (f"features-{mode}-{short_hash(task.workload.key + '|' + self.device)}-"
+                f"{feature_code_hash()}.npz")
+        rows = load_rows(self.cache, name, jsons)
+        if rows is None:
+            rows = self._compute_rows(task, task.configs, mode)
+            save_rows(self.cache, name, jsons, rows)
+        return rows
+
+    def _compute_rows(self, task: ReplayTask, configs: list[Config], mode: str) -> np.ndarray:
+        from ..features import Featurizer, default_jobs
+
+        if self._featurizer is None:
+            self._featurizer = Featurizer()
+        return np.asarray(self._featurizer.featurize(task.workload, configs, mode,
+                                                     space=task.space, n_jobs=default_jobs()),
+                          np.float32)
+
+    def _with_live(self, fn: Callable[[Any], Any]) -> Any:
+        if self._live is None:
+            from ..hardware.measure import Measurer
+
+            self._live = Measurer(self.target, self.options, **self.runtime_kwargs)
+        m = self._live
+        if not self._live_checked:
+            if m.device != self.device:
+                raise TensorGymError(f"on_miss='measure' would mix devices: the dataset was "
+                                     f"recorded on {self.device!r}, this machine is "
+                                     f"{m.device!r}; use on_miss='surrogate' or 'nearest'")
+            self._live_checked = True
+        before = dict(m.seconds)
+        try:
+            return fn(m)
+        finally:
+            for k in self.seconds:
+                self.seconds[k] += m.seconds[k] - before[k]
+
+    @staticmethod
+    def _mark(r: MeasureResult, source: str) -> MeasureResult:
+        return replace(r, extra={**r.extra, "source": source})
+
+    def _miss_error(self, task: ReplayTask, missing: list[Config]) -> ReplayMissError:
+        c = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return ReplayMissError(
+            f"config {c.index} of {task.workload.label}{more} is not in dataset "
+            f"{self.dataset.path} ({len(task.configs)} configs recorded on {self.device}): "
+            f"on_miss='error'; use on_miss='nearest', 'surrogate' or 'measure' to answer it")
+
+
+def _new_replay(*args: Any) -> ReplayMeasurer:
+    return ReplayMeasurer(*args)
+
+
+class VirtualTimeBudget:
+    """A ``tensorgym.search.tune`` callback that ends the tune once ``env.unwrapped.virtual_time``
+    reaches ``seconds`` (checked after each batch, as the trial budget is)."""
+
+    def __init__(self, env: Any, seconds: float) -> None:
+        if not seconds > 0:
+            raise TensorGymError(f"a time budget is a positive number of seconds, got {seconds!r}")
+        self.env, self.seconds = env, float(seconds)
+
+    def __call__(self, strategy: Any, batch: list[MeasureResult]) -> None:
+        from ..search import StopSearch
+
+        if self.env.unwrapped.virtual_time >= self.seconds:
+            raise StopSearch
+
+
+__all__ = ["ON_MISS", "SOURCES", "ReplayMeasurer", "ReplayMissError", "ReplayTask",
+           "VirtualTimeBudget"]
