@@ -6,6 +6,7 @@ same run, each run's best config re-measured, and every trial kept in a results 
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 import uuid
@@ -19,6 +20,7 @@ from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
 from .compare import remeasure as side_by_side
+from .peak import device_peak_gflops
 from .harness import (device_info, device_threads, make_env, runtime_options,
                       software_versions)
 from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult
@@ -37,6 +39,10 @@ class RunOptions:
     agent_options: dict[str, dict] = field(default_factory=dict)
     env_options: dict[str, Any] = field(default_factory=dict)
     threads: int = 0  # CPU threads of the kernels' parallel loops (0: all cores)
+    ray: "str | None" = None  # run on this Ray cluster ("": ray.init's default): _run_suite_ray
+    journal: "str | None" = None  # with ray: entries done so far, read back to resume
+    replay: "str | None" = None  # a dataset: trials answered from it (the replay track)
+    on_miss: str = "surrogate"  # replay: how configs the dataset lacks are answered
 
 
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
@@ -48,10 +54,13 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
     ``build_time`` and ``measure_time`` are the wall seconds of the build and timing phases,
     ``search_time`` the agent's own time (featurize + model + search)."""
     w = get_workload(workload)
-    agent_opts = options.agent_options.get(display_name or agent_name, {})
+    agent_opts = agent_options(agent_name, options.agent_options.get(display_name or agent_name,
+                                                                     {}))
     agent = registry.make(agent_name, **agent_opts)
     env = make_env(w, target, budget=trials, records=options.records, measurer=measurer,
                    **{**options.env_options, **getattr(agent, "env_kwargs", {})})
+    if options.replay is not None:
+        env.reset(seed=seed)  # the replay's draws follow the entry's seed
     meter = env.unwrapped.meter
     start = meter.copy()
     try:
@@ -82,18 +91,34 @@ def best_of(entry: Entry, repeats: int, measurer: Any = None) -> "Best | None":
     return entry.best
 
 
+def agent_options(agent_name: str, given: dict) -> dict:
+    """``given``, with pretraining off unless asked for: a run must not depend on what the
+    records database held before it, nor on the order of the suite's tasks."""
+    if any(o.name == "pretrain" for o in registry.spec(agent_name).options):
+        return {"pretrain": False, **given}
+    return dict(given)
+
+
 def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" = None,
               progress: "Progress | None" = None) -> ResultsDoc:
     options = options or RunOptions()
     trials = options.trials or suite.trials
     seeds = list(options.seeds if options.seeds is not None else suite.seeds)
     say = progress or (lambda msg: None)
+    if options.ray is not None:
+        return _run_suite_ray(suite, agents, options, trials, seeds, say)
+    if options.replay is not None:
+        from .replay_track import run_suite_replay
+
+        return run_suite_replay(suite, agents, options, trials, seeds, say)
     runs: dict[str, Run] = {}  # one run per target in the suite
     measurers: dict[str, Measurer] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
         runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target, options.threads),
                            software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
+        if (peak := device_peak_gflops(target, options.threads)) is not None:
+            runs[target].device["fma_peak_gflops"] = peak  # the tables' "peak %"
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
@@ -151,6 +176,83 @@ def remeasure_bests(entries: list[Entry], rounds: int, measurer: Any = None,
             e.best = Best(e.best.config, e.best.trial, e.best.gflops_search, gflops,
                           c.costs(str(i)))
     return c.vendor_result() if vendor else None
+
+
+def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, trials: int,
+                   seeds: list[int], say: Progress) -> ResultsDoc:
+    """Every (agent, task, seed) as a Ray task (one progress bar; each entry times on the
+    cluster's device actors), then each task's bests re-measured side by side with the vendor
+    library on a node with the device. Entries done are kept in ``options.journal``, so a
+    rerun after a failure runs only the rest."""
+    import json
+    from pathlib import Path
+
+    from tensorgym.hardware.ray_runner import connect, device_node, on_node, run_tasks
+
+    from .results import _build, _clean
+
+    connect(options.ray or None)
+    runs, nodes = {}, {}
+    for target in dict.fromkeys(t for _, t in suite.tasks):
+        nodes[target], name = device_node(target, runtime_options(target, options.threads))
+        runs[target] = Run(uuid.uuid4().hex, _now(), {"name": name, "target": target,
+                                                      "host": f"ray node {nodes[target][:8]}"},
+                           software_versions(),
+                           {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
+    calls = [(a, get_workload(w).key, t, s, trials) for w, t in suite.tasks for a in agents
+             for s in seeds]
+    journal = Path(options.journal) if options.journal else None
+    done: dict[tuple, Entry] = {}
+    if journal is not None and journal.exists():
+        for line in journal.read_text().splitlines():
+            e = _build(Entry, json.loads(line), str(journal))
+            done[(e.agent, e.workload, e.target, e.seed, e.budget)] = e
+        say(f"resuming: {len(done)} of {len(calls)} runs done earlier ({journal})")
+    todo = [c for c in calls if c not in done]
+
+    def finished(i: int, entry: Entry) -> None:
+        done[todo[i]] = entry
+        if journal is not None:
+            with journal.open("a") as f:
+                f.write(json.dumps(_clean(dataclasses.asdict(entry))) + "\n")
+
+    entry_options = replace(options, remeasure=0, records=False, ray=None, journal=None)
+    failed = run_tasks(_entry_on_ray, [(*c, entry_options) for c in todo], finished,
+                       desc=f"{suite.name} on Ray")
+    if failed:
+        raise TensorGymError(f"{len(failed)} of {len(todo)} runs failed (rerun to resume): "
+                             + "; ".join(f"{todo[i][:4]}: {e}" for i, e in failed[:3]))
+    for workload, target in suite.tasks:
+        key = get_workload(workload).key
+        entries = [done[c] for c in calls if c[1] == key and c[2] == target]
+        threads = device_threads(runs[target].device["name"]) or 0
+        entries, vendor = on_node(_remeasure_entries, nodes[target], entries, options.remeasure,
+                                  options.vendor, threads)
+        runs[target].entries += entries
+        if vendor is not None:
+            runs[target].vendor.append(vendor)
+        for e in entries:
+            say(f"{e.label or e.workload}@{target}: {e.agent} seed {e.seed}: best re-measured "
+                f"{e.best.gflops if e.best else 0.0:.2f} GFLOP/s")
+    if journal is not None:
+        journal.unlink(missing_ok=True)
+    return ResultsDoc(list(runs.values()))
+
+
+def _entry_on_ray(agent: str, workload: str, target: str, seed: int, trials: int,
+                  options: RunOptions) -> Entry:
+    """One entry, in a Ray task: measured through the cluster's device actors."""
+    m = Measurer(target, runner="ray", **runtime_options(target, options.threads))
+    try:
+        return run_entry(agent, workload, target, seed, trials, options, measurer=m)
+    finally:
+        m.close()
+
+
+def _remeasure_entries(entries: list[Entry], rounds: int, vendor: bool,
+                       threads: int) -> "tuple[list[Entry], VendorResult | None]":
+    """``remeasure_bests`` in a Ray task on the device's node, returning what it changed."""
+    return entries, remeasure_bests(entries, rounds, None, vendor, threads)
 
 
 def _now() -> str:

@@ -5,6 +5,12 @@ all timed runtimes and its validity/error, next to the device fingerprint and so
 of the machine that measured it. A document holds a list of runs; ``merge`` joins documents from
 several runs and machines (runs are deduplicated by ``run_id``).
 
+A run is on one **track**: ``live`` (every trial measured on the device) or ``replay`` (trials
+answered from a dataset, ``tensorgym.dataset``: each trial's ``source`` says ``recorded`` or
+``surrogate``; the run's ``dataset`` holds the dataset's path, digest, device and ``on_miss``;
+each entry's best is re-measured live before it is reported). The tables never rank entries of
+two tracks together (``one_track``); ``split_tracks`` separates a merged document.
+
 Reading checks every field's type (ints are accepted for floats; null stands for a non-finite
 float). ``load(path, malformed=[...])`` keeps reading past a malformed run or entry and lists it
 there instead of failing the whole document (validation reports each one).
@@ -29,7 +35,8 @@ from tensorgym.errors import ErrorCode, TensorGymError
 from tensorgym.hardware.result import MeasureResult
 
 SCHEMA = "tensorgym-results"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: Run.track, Run.dataset, Trial.source
+TRACKS = ("live", "replay")
 
 # T4's "invalidity" vocabulary, extended with tensorgym's error codes
 _INVALIDITY = {
@@ -59,13 +66,18 @@ class Trial:
     gflops: float = 0.0
     timestamp: float = 0.0
     cached: bool = False
+    # measured | recorded (a dataset's or the records database's measurement) | surrogate
+    # (replay's answer for a config the dataset lacks: not a measurement); "" before 1.1
+    source: str = ""
 
     @classmethod
     def from_result(cls, r: MeasureResult) -> "Trial":
         code = ErrorCode(r.error)
+        source = r.extra.get("source") or ("recorded" if r.cached else "measured")
         return cls(json.loads(r.config.to_json()), [float(c) for c in r.costs],
                    float(r.build_time), float(r.run_time), code.name, _INVALIDITY[code],
-                   r.error_msg[:500], float(r.gflops), float(r.timestamp), bool(r.cached))
+                   r.error_msg[:500], float(r.gflops), float(r.timestamp), bool(r.cached),
+                   source)
 
     @property
     def ok(self) -> bool:
@@ -118,6 +130,13 @@ class Entry:
     def failures(self) -> int:
         return sum(not t.ok for t in self.trials)
 
+    def sources(self) -> dict[str, int]:
+        """How many trials each source answered (``recorded``, ``surrogate``, ``measured``)."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            out[t.source or "measured"] = out.get(t.source or "measured", 0) + 1
+        return out
+
 
 @dataclass
 class VendorResult:
@@ -141,6 +160,8 @@ class Run:
     seeds: list[int]
     entries: list[Entry] = field(default_factory=list)
     vendor: list[VendorResult] = field(default_factory=list)
+    track: str = "live"  # live | replay
+    dataset: dict[str, Any] = field(default_factory=dict)  # replay: path, digest, device, on_miss
 
     def vendor_for(self, workload: str, target: str) -> "VendorResult | None":
         for v in self.vendor:
@@ -232,6 +253,43 @@ def entry_digest(run: Run, entry: Entry) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def split_tracks(doc: ResultsDoc) -> dict[str, ResultsDoc]:
+    """``doc``'s runs by track (live first), each a document to rank on its own."""
+    out: dict[str, ResultsDoc] = {}
+    for track in TRACKS:
+        runs = [r for r in doc.runs if r.track == track]
+        if runs:
+            out[track] = ResultsDoc(runs)
+    return out
+
+
+def one_track(doc: ResultsDoc) -> str:
+    """The track of every run of ``doc`` ("live" when empty); raises ResultsError when ``doc``
+    holds several: replay figures are never ranked beside live ones."""
+    tracks = {r.track for r in doc.runs}
+    if len(tracks) > 1:
+        raise ResultsError(f"the document mixes tracks ({', '.join(sorted(tracks))}): rank each "
+                           "on its own (results.split_tracks)")
+    return tracks.pop() if tracks else "live"
+
+
+def track_heading(doc: ResultsDoc) -> str:
+    """A Markdown heading naming ``doc``'s track ("" for live runs alone): a replay track's
+    datasets and how many trials were recorded or surrogate answers."""
+    if one_track(doc) == "live":
+        return ""
+    counts: dict[str, int] = {}
+    for _, e in doc.entries():
+        for k, n in e.sources().items():
+            counts[k] = counts.get(k, 0) + n
+    sets = sorted({f"{r.dataset.get('path', '?')} (digest {str(r.dataset['digest'])[:12]}, "
+                   f"on_miss {r.dataset.get('on_miss', '?')})" for r in doc.runs})
+    return (f"# Replay track: {'; '.join(sets)}\n\nTrials answered from the dataset: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+            + ". Surrogate answers are not measurements; each best was re-measured live and "
+            "only that figure is reported.\n\n")
+
+
 def merge(docs: Iterable[ResultsDoc]) -> ResultsDoc:
     """All runs of ``docs`` in one document; a run seen twice (same ``run_id``) is kept once."""
     seen: set[str] = set()
@@ -301,6 +359,10 @@ def _build(cls: Any, obj: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
 
 def _run_from_json(r: Any, where: str, malformed: "list[Malformed] | None") -> Run:
     run = _build(Run, r, where, skip=("entries",))
+    if run.track not in TRACKS:
+        raise ResultsError(f"{where}.track: {run.track!r} is not one of {', '.join(TRACKS)}")
+    if run.track == "replay" and not run.dataset.get("digest"):
+        raise ResultsError(f"{where}.dataset: a replay run names its dataset's digest")
     entries = r.get("entries", [])
     if not isinstance(entries, list):
         raise ResultsError(f"{where}.entries: expected a list")

@@ -24,9 +24,15 @@ policy on some workloads (real envs, real measurements), save it, then evaluate 
 pads the knob-mode spaces to a fixed size (``max_options``, ``max_knobs``; the masks hide the
 padding), so one policy runs on every workload; PPO's MultiDiscrete action has the shape of one
 space, so a pre-trained PPO policy only runs on workloads with the same knob sizes.
+``train_on_replay`` trains the policy on recorded measurements instead (a dataset,
+``tensorgym.dataset``: no hardware, 10^5 steps in minutes), one replay env per workload stepped
+together.
 """
 from __future__ import annotations
 
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -144,8 +150,10 @@ class SB3Agent(SearchStrategy):
             return algo.load(self.policy_path, env=env, device=self.device, seed=seed)
         steps_per_trial = 1 if self.action_mode == "config" else len(env.unwrapped.space.knobs)
         n_steps = self.rollout_steps(n_trials, steps_per_trial)
-        hyper = {**self.hyper, "n_steps": n_steps,
-                 "batch_size": min(self.hyper["batch_size"], n_steps)}
+        batch = min(self.hyper["batch_size"], n_steps)
+        # whole minibatches: a minibatch of one sample normalizes its advantage to NaN
+        n_steps = -(-n_steps // batch) * batch
+        hyper = {**self.hyper, "n_steps": n_steps, "batch_size": batch}
         return algo("MlpPolicy", env, seed=seed, verbose=0, device=self.device,
                     policy_kwargs={"net_arch": self.net_arch}, **hyper)
 
@@ -282,4 +290,141 @@ def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_
     return histories
 
 
-__all__ = ["MaskablePPOAgent", "PPOAgent", "SB3Agent", "train_policy"]
+class StepClock(gym.Wrapper):
+    """Adds up the wall seconds spent inside the wrapped env's ``step`` and ``reset``."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.seconds = 0.0
+        self.episodes = 0
+        self.rewards: list[float] = []  # of each trial (a step that measured a config)
+
+    def step(self, action: Any):
+        t0 = time.perf_counter()
+        out = self.env.step(action)
+        self.seconds += time.perf_counter() - t0
+        if "runtime" in out[4]:
+            self.rewards.append(float(out[1]))
+        return out
+
+    def reset(self, **kwargs: Any):
+        t0 = time.perf_counter()
+        out = self.env.reset(**kwargs)
+        self.seconds += time.perf_counter() - t0
+        self.episodes += 1
+        return out
+
+    def action_masks(self) -> np.ndarray:
+        return self.env.action_masks()
+
+
+@dataclass
+class ReplayTraining:
+    """What ``train_on_replay`` did: env steps and trials, where the wall time went (``env_s``:
+    inside the envs' steps, replay and featurizing misses; ``update_s``: PPO's gradient
+    updates; the rest of ``wall_s`` is PPO's rollouts: policy forward passes, buffers), and
+    how many trials each source answered (``recorded`` or ``surrogate``)."""
+
+    agent: str
+    workloads: list[str]
+    dataset: str
+    digest: str
+    on_miss: str
+    steps: int
+    trials: int
+    episodes: int
+    wall_s: float
+    env_s: float
+    update_s: float
+    sources: dict[str, int] = field(default_factory=dict)
+    # mean reward (log speedup over the reference schedule, as answered) of each workload's
+    # first and last tenth of its trials: did the policy learn?
+    reward_first: dict[str, float] = field(default_factory=dict)
+    reward_last: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def train_on_replay(agent_name: str, workloads: Sequence[str], target: str, dataset: Any,
+                    total_steps: int, seed: int, path: str, episode_trials: int = 64,
+                    on_miss: str = "surrogate", env_options: "dict | None" = None,
+                    progress: bool = False, **agent_opts: Any) -> ReplayTraining:
+    """Train one policy for ``total_steps`` env steps on replay envs of ``workloads`` (one
+    env each, stepped together: every PPO rollout holds every workload), episodes of
+    ``episode_trials`` trials, and save it to ``path`` (``SB3Agent(policy_path=path)`` loads
+    it). Hyperparameters the caller leaves out: 128 steps per env per rollout, batches of
+    256."""
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tensorgym import registry
+    from tensorgym.dataset import Dataset
+
+    from .harness import make_env
+
+    if total_steps < 1 or episode_trials < 1:
+        raise TensorGymError("total_steps and episode_trials must be >= 1")
+    data = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
+    if not isinstance(registry.make(agent_name), SB3Agent):
+        raise TensorGymError(f"{agent_name} is not a stable-baselines3 agent (ppo, maskable-ppo)")
+    agent = registry.make(agent_name, learn=True,
+                          **{"n_steps": 128, "batch_size": 256, **agent_opts})
+    opts = {"records": False, **(env_options or {}), **agent.env_kwargs,
+            "measure": "replay", "dataset": data, "on_miss": on_miss}
+    clocks: list[StepClock] = []
+
+    def factory(w: str) -> Any:
+        def make() -> Any:
+            clock = StepClock(make_env(w, target, budget=episode_trials, **opts))
+            clocks.append(clock)
+            return agent._wrap(clock)
+        return make
+
+    vec = DummyVecEnv([factory(w) for w in workloads])
+    try:
+        if len({tuple(e.action_space.nvec) if hasattr(e.action_space, "nvec") else
+                (e.action_space.n,) for e in vec.envs}) > 1:
+            raise TensorGymError(f"{agent_name}'s action has the shape of one space and "
+                                 f"{', '.join(workloads)} have different knob sizes: train "
+                                 "maskable-ppo (padded knob actions) across them")
+        saved = torch.get_num_threads()
+        torch.set_num_threads(agent.torch_threads)
+        t0 = time.perf_counter()
+        try:
+            model = agent._algo()("MlpPolicy", vec, seed=seed, verbose=0, device=agent.device,
+                                  policy_kwargs={"net_arch": agent.net_arch}, **agent.hyper)
+            update = [0.0]
+            train = model.train
+
+            def timed_train() -> None:
+                t = time.perf_counter()
+                train()
+                update[0] += time.perf_counter() - t
+
+            model.train = timed_train
+            model.learn(total_timesteps=total_steps, progress_bar=progress)
+            del model.train
+            wall = time.perf_counter() - t0
+        finally:
+            torch.set_num_threads(saved)
+        agent.model = model
+        agent.save(path)
+        sources: Counter = Counter()
+        first, last = {}, {}
+        for w, clock in zip(workloads, clocks):
+            sources.update(clock.unwrapped.measurer.sources)
+            r, k = clock.rewards, max(1, len(clock.rewards) // 10)
+            first[w], last[w] = float(np.mean(r[:k] or [0.0])), float(np.mean(r[-k:] or [0.0]))
+        return ReplayTraining(agent_name, list(workloads), data.path, data.digest, on_miss,
+                              int(model.num_timesteps), sum(sources.values()),
+                              sum(c.episodes for c in clocks), wall,
+                              sum(c.seconds for c in clocks), update[0], dict(sources),
+                              first, last)
+    finally:
+        vec.close()
+
+
+__all__ = ["MaskablePPOAgent", "PPOAgent", "ReplayTraining", "SB3Agent", "StepClock",
+           "train_on_replay", "train_policy"]

@@ -9,6 +9,10 @@ the claimed median: the larger of the reported and the search-time figure must b
 ``tolerance``. Contention on a shared machine only slows a kernel down, so a claim that fails is
 re-measured up to ``attempts`` times; a doctored claim fails every attempt.
 
+A replay-track entry (``Run.track``) claims only its best's live re-measurement: its search
+figures are answers from a dataset (recorded samples, or a surrogate's guess), never checked as
+claims; its best config is re-measured on this machine like any other.
+
 Statuses: ``ok``; ``NOT REPRODUCED``, ``invalid`` (malformed or inconsistent), ``error`` (the
 config fails here): rejected; ``skipped`` (another device, or a target this machine lacks):
 not checked. ``save_report`` writes the verdicts keyed by ``entry_digest``; ``screen`` applies
@@ -164,14 +168,19 @@ def validate(doc: ResultsDoc, tolerance: float = 0.25, repeats: int = 3, threads
 
 def _check(c: Check, run: Run, e: Entry, tolerance: float, repeats: int, threads: int,
            attempts: int, any_device: bool, here: dict[str, Any], measurers: dict) -> None:
-    # what the tables would show: the reported best, or the best trial
-    c.claimed_gflops = max([e.best.gflops, e.best.gflops_search] if e.best else e.curve()[-1:],
-                           default=0.0)
+    # what the tables would show: the reported best, or the best trial; a replay entry's
+    # search figures are recorded or surrogate answers, so it claims only its live figure
+    claims = [e.best.gflops] if run.track == "replay" and e.best else \
+        [e.best.gflops, e.best.gflops_search] if e.best else e.curve()[-1:]
+    c.claimed_gflops = max(claims, default=0.0)
     if ps := problems(e):
         c.status, c.note = "invalid", _summary(ps)
         return
     if e.best is None:
         c.note = "no valid trial: nothing claimed"
+        return
+    if run.track == "replay" and not e.best.gflops:
+        c.note = "replay entry whose best was never re-measured live: nothing claimed"
         return
     if e.target not in here:
         try:
@@ -285,7 +294,8 @@ def screen(doc: ResultsDoc, verdicts: "dict[str, Check] | None" = None,
                     board.validated.add(digest)
         if kept:
             board.doc.runs.append(Run(run.run_id, run.created, run.device, run.software,
-                                      run.suite, run.seeds, kept, run.vendor))
+                                      run.suite, run.seeds, kept, run.vendor, run.track,
+                                      run.dataset))
     return board
 
 

@@ -1,4 +1,4 @@
-"""``tensorgym`` command line: list | tune | leaderboard run/show | validate.
+"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--export-source", metavar="FILE", help="write the best kernel's source")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.add_argument("--no-progress", action="store_true")
+    _ray_arg(t, "build and time on a Ray cluster's devices (docs/distributed.md)")
 
     lb = sub.add_parser("leaderboard", help="run or show a leaderboard")
     lsub = lb.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_non_negative, default=0,
                      help="CPU threads of the kernels and of the vendor library (0: all cores)")
     run.add_argument("--out", required=True, help="results JSON to write")
+    _ray_arg(run, "run every (agent, task, seed) as a Ray task; a rerun after a failure "
+             "resumes from OUT.partial.jsonl (docs/distributed.md)")
+    run.add_argument("--replay", metavar="DATASET",
+                     help="the replay track: answer trials from this dataset (docs/dataset.md), "
+                     "then re-measure each best live here; ranked apart from live runs")
+    run.add_argument("--on-miss", default="surrogate", choices=["surrogate", "nearest", "error"],
+                     help="with --replay: how a config the dataset lacks is answered")
     _output_args(run)
     show = lsub.add_parser("show", help="merge results documents and print the leaderboard")
     show.add_argument("results", nargs="+")
@@ -146,7 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also re-measure other devices' entries, for reference (still skipped)")
     v.add_argument("--out", metavar="REPORT", help="write the verdicts as JSON for "
                    "`leaderboard show --validation`")
+    from .dataset.cli import add_parser as add_dataset_parser
+
+    add_dataset_parser(sub, _positive, _non_negative)
     return p
+
+
+def _ray_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help=f"{what}; ADDRESS: 'auto' (the cluster started on this machine), "
+                   "host:port or ray://host:port; none: ray.init's default")
+
+
+def _ray_measurer(target: str, address: str, runtime_opts: dict) -> Any:
+    """A measurer on the Ray cluster at ``address`` ("": ray.init's default)."""
+    from .hardware.measure import Measurer
+
+    return Measurer(target, runner="ray", address=address or None, **runtime_opts)
 
 
 def _fraction(text: str) -> float:
@@ -217,7 +241,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     agent = registry.make(args.agent, **_options(args.opt))
     runtime_opts = runtime_options(args.target, args.threads)
-    env = make_env(workload, args.target, budget=args.trials, records=args.db,
+    farm = _ray_measurer(args.target, args.ray, runtime_opts) if args.ray is not None else None
+    env = make_env(workload, args.target, budget=args.trials, records=args.db, measurer=farm,
                    **{"use_cache": not args.fresh, **runtime_opts,
                       **getattr(agent, "env_kwargs", {})})
     bar = None
@@ -253,6 +278,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
         env.close()
+        if farm is not None:
+            farm.close()
     summary = {
         "workload": workload.key, "label": workload.label, "target": args.target,
         "agent": args.agent, "seed": args.seed, "trials": len(history),
@@ -262,6 +289,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "best_reused": bool(best and best.cached),
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
+    warm = getattr(agent, "warm_start_summary", None)  # what a tuner's warm start used
+    if warm is not None:
+        summary["warm_start"] = {**vars(warm), "text": str(warm)}
     if best is not None and args.export_source:
         from .hardware.runtime import get_runtime
         from .lower import lower
@@ -276,6 +306,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"{workload.label} on {args.target}: {len(history)} trials "
               f"({summary['failures']} failed) in {wall:.1f}s{reused}")
         print(spent.line(wall))
+        if warm is not None:
+            print(warm)
         if best is None:
             print("no valid config found")
         else:
@@ -310,8 +342,15 @@ def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
     from tensorgym.baselines.compare import remeasure
 
     configs = {"best": best.config, "reference": env.reference_config}
-    c = remeasure(env.workload, env.target, configs, rounds=3, measurer=env.measurer,
-                  threads=args.threads)
+    if getattr(env.measurer, "runner", "local") == "ray":  # side by side with the vendor library on the device's node
+        from .hardware.ray_runner import on_node
+
+        device = env.measurer._ray.devices[0]
+        c = on_node(remeasure, device.node_id, env.workload, env.target, configs, 3, None, True,
+                    device.runtime_kwargs.get("num_threads", 0))
+    else:
+        c = remeasure(env.workload, env.target, configs, rounds=3, measurer=env.measurer,
+                      threads=args.threads)
     if "best" in c.errors:
         return {"lines": [f"re-measuring the best failed: {c.errors['best']}"]}
     lines = [f"re-measured best: {c.gflops('best'):.2f} GFLOP/s (spread {c.spread('best'):.0%})"]
@@ -331,8 +370,15 @@ def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
 def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozenset(),
                    rejected: Any = None) -> None:
     from tensorgym.baselines import tables
+    from tensorgym.baselines.results import split_tracks, track_heading
 
-    text = tables.markdown(doc, validated, rejected)
+    tracks = split_tracks(doc)  # live and replay runs are never ranked together
+    if len(tracks) > 1 and (args.csv or args.plots):
+        raise UsageError("the results hold live and replay runs: write --csv or --plots from "
+                         "each track's documents on their own")
+    parts = list(tracks.values()) or [doc]  # the entries left out are listed once, last
+    text = "".join(track_heading(d) + tables.markdown(d, validated, rejected if d is parts[-1]
+                                                      else None) for d in parts)
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)
@@ -365,8 +411,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise UsageError("--agents is empty")
     for a in agents:
         get_agent(a)  # fail on a bad name before measuring anything
+    if args.replay is not None and (args.ray is not None or args.db):
+        raise UsageError("--replay does not go with --ray or --db: replayed trials are not "
+                         "measurements")
+    if args.ray is not None and args.db:
+        raise UsageError("--db does not go with --ray: the runs measure on cluster nodes, their "
+                         "trials are in the results document")
     options = RunOptions(trials=args.trials, seeds=args.seeds, remeasure=args.remeasure,
-                         vendor=not args.no_vendor, records=args.db, threads=args.threads)
+                         vendor=not args.no_vendor, records=args.db, threads=args.threads,
+                         ray=args.ray, journal=f"{args.out}.partial.jsonl",
+                         replay=args.replay, on_miss=args.on_miss)
     doc = run_suite(suite, agents, options,
                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     doc.save(args.out)
@@ -396,8 +450,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if passed(checks, args.allow_skip) else 1
 
 
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from .dataset.cli import cmd_dataset as run
+
+    return run(args)
+
+
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
-            "validate": cmd_validate}
+            "validate": cmd_validate, "dataset": cmd_dataset}
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:

@@ -1,0 +1,105 @@
+"""The leaderboard's replay track: every agent x task x seed answered from a dataset
+(``tensorgym.dataset``), then each entry's best re-measured live on the dataset's device (here),
+and only that live figure reported.
+
+A config the dataset lacks is answered as ``RunOptions.on_miss`` says: ``surrogate`` (default;
+the dataset's XGBoost model of the time on the config's own features) or ``nearest`` (the
+recorded config differing in fewest knobs). Both are marked ``surrogate`` in each trial's
+``source``. ``measure`` is refused: it would put live measurements into a replay run; ``error``
+only suits agents that propose recorded configs.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from tensorgym.errors import TensorGymError
+from tensorgym.hardware.measure import Measurer
+from tensorgym.workloads import get_workload
+
+from .harness import device_info, device_threads, runtime_options, software_versions
+from .peak import device_peak_gflops
+from .results import Entry, ResultsDoc, Run
+from .suites import Suite
+
+if TYPE_CHECKING:
+    from .leaderboard import RunOptions
+
+REPLAY_ON_MISS = ("surrogate", "nearest", "error")
+
+
+def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions", trials: int,
+                     seeds: list[int], say: Callable[[str], None]) -> ResultsDoc:
+    """``leaderboard.run_suite`` with ``options.replay`` set (a dataset path)."""
+    from tensorgym.dataset import Dataset
+
+    from .leaderboard import _now, remeasure_bests, run_entry
+
+    if options.on_miss not in REPLAY_ON_MISS:
+        raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
+                             f"use one of {', '.join(REPLAY_ON_MISS)}")
+    if options.remeasure < 1:
+        raise TensorGymError("a replay leaderboard reports only live re-measurements of each "
+                             "best: remeasure must be >= 1")
+    data = Dataset.load(options.replay)
+    runs: dict[str, Run] = {}
+    devices: dict[str, str] = {}
+    for target in dict.fromkeys(t for _, t in suite.tasks):
+        info = device_info(target, options.threads)
+        devices[target] = info["name"]
+        if info["name"] not in data.devices(target):
+            raise TensorGymError(
+                f"dataset {data.path} was recorded on {', '.join(data.devices(target)) or 'no '}"
+                f"{'' if data.devices(target) else target + ' device'}; this machine is "
+                f"{info['name']}: the replay track re-measures each best live on the dataset's "
+                "device (run it there, or with the --threads the dataset was collected with)")
+        runs[target] = Run(uuid.uuid4().hex, _now(), info, software_versions(),
+                           {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds,
+                           track="replay",
+                           dataset={"path": data.path, "digest": data.digest,
+                                    "device": info["name"], "on_miss": options.on_miss,
+                                    "records": len(data)})
+        if (peak := device_peak_gflops(target, options.threads)) is not None:
+            runs[target].device["fma_peak_gflops"] = peak
+    missing = [f"{w}@{t}" for w, t in suite.tasks
+               if not data.task_records(get_workload(w).key, t, devices[t])]
+    if missing:
+        raise TensorGymError(f"dataset {data.path} has no records of {', '.join(missing)} on "
+                             "this device")
+    measurers: dict[str, Measurer] = {}
+    try:
+        for workload, target in suite.tasks:
+            if target not in measurers:
+                measurers[target] = Measurer(target, **runtime_options(target, options.threads))
+            entry_options = replace(options, remeasure=0, records=False, env_options={
+                **options.env_options, "measure": "replay", "dataset": data,
+                "on_miss": options.on_miss, "dataset_device": devices[target]})
+            entries = []
+            for agent in agents:
+                for seed in seeds:
+                    e = run_entry(agent, workload, target, seed, trials, entry_options,
+                                  measurer=measurers[target])
+                    entries.append(e)
+                    say(f"{e.label or e.workload}@{target}: {agent} seed {seed}: best "
+                        f"{e.best.gflops_search if e.best else 0.0:.2f} GFLOP/s on replay "
+                        f"({len(e.trials)} trials: {_sources(e)}; {e.wall_time:.1f}s)")
+            runs[target].entries += entries
+            vendor = remeasure_bests(entries, options.remeasure, measurers[target],
+                                     options.vendor, device_threads(devices[target]) or 0)
+            for e in entries:
+                say(f"{e.label or e.workload}@{target}: {e.agent} seed {e.seed}: best "
+                    f"re-measured live {e.best.gflops if e.best else 0.0:.2f} GFLOP/s")
+            if vendor is not None:
+                runs[target].vendor.append(vendor)
+    finally:
+        for m in measurers.values():
+            m.close()
+    return ResultsDoc(list(runs.values()))
+
+
+def _sources(e: Entry) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(e.sources().items()))
+
+
+__all__ = ["REPLAY_ON_MISS", "run_suite_replay"]
