@@ -177,11 +177,6 @@ def test_a_waiting_timer_goes_before_later_builds(tmp_path):
             time.sleep(0.01)
         return pred()
 
-    order = tmp_path / "order"
-    a = start("sh", "A")  # a build, held until told
-    assert wait_for(lambda: order.exists() and order.read_text() == "A\n")
-    b = start("ex", "B")  # a timer: waits for A
-
     def turnstile_taken():
         fd = os.open(tmp_path / "host.turn", os.O_RDWR | os.O_CREAT)
         try:
@@ -193,12 +188,24 @@ def test_a_waiting_timer_goes_before_later_builds(tmp_path):
         finally:
             os.close(fd)
 
-    assert wait_for(turnstile_taken)  # B waits, holding the turnstile
-    c = start("sh", "C")  # a later build
-    wait_for(lambda: "C" in order.read_text(), seconds=2)  # (it must not get in)
-    (tmp_path / "release").touch()
-    for p in (a, b, c):
-        assert p.wait(60) == 0
+    order = tmp_path / "order"
+    procs = []
+    try:
+        procs.append(start("sh", "A"))  # a build, held until told
+        assert wait_for(lambda: order.exists() and order.read_text() == "A\n")
+        procs.append(start("ex", "B"))  # a timer: waits for A
+        assert wait_for(turnstile_taken)  # B waits, holding the turnstile
+        procs.append(start("sh", "C"))  # a later build
+        wait_for(lambda: "C" in order.read_text(), seconds=2)  # (it must not get in)
+    finally:  # however the test ends, no holder is left behind
+        (tmp_path / "release").touch()
+        for p in procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0, 0]
     assert order.read_text().split() == ["A", "B", "C"]
 
 TIME_SOME = textwrap.dedent("""
