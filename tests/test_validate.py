@@ -101,8 +101,10 @@ def _foreign(run: dict, e: dict) -> None:
 
 DOCTORED = {
     # GFLOP/s consistent with doctored runtimes: only a re-measurement can tell
-    "inflated best": (_scale_best, "NOT REPRODUCED"),
-    "inflated trials": (lambda r, e: (_scale_trials(r, e), _scale_best(r, e)), "NOT REPRODUCED"),
+    # (4x: a 16^3 matmul's genuine figure itself varies by up to 2x between measurements)
+    "inflated best": (lambda r, e: _scale_best(r, e, 4.0), "NOT REPRODUCED"),
+    "inflated trials": (lambda r, e: (_scale_trials(r, e, 4.0), _scale_best(r, e, 4.0)),
+                        "NOT REPRODUCED"),
     # numbers that do not follow from their own runtimes
     "inflated best figure": (lambda r, e: _scale_best(r, e, runtimes=False),
                              "invalid (best.gflops"),
