@@ -17,3 +17,25 @@ SMALL_WORKLOADS = [
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# Datasets for replay tests: measured for real, as few samples as give a median.
+TINY_MEASURE = dict(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
+TINY_WORKLOAD = "matmul:16,16,16"  # the tiny-cpu suite's one task
+
+
+def collect_dataset(directory, workload: str, n_configs: int) -> str:
+    """A records database of ``n_configs`` random configs of ``workload`` (and the reference)."""
+    from tensorgym.dataset import collect
+    from tensorgym.hardware.measure import MeasureOptions
+
+    path = directory / "dataset.db"
+    collect([workload], n_configs=n_configs, db=str(path), threads=1, progress=False,
+            options=MeasureOptions(**TINY_MEASURE))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """Six configs of TINY_WORKLOAD, shared (read only) by the replay test files."""
+    return collect_dataset(tmp_path_factory.mktemp("tiny-dataset"), TINY_WORKLOAD, 6)

@@ -11,22 +11,22 @@ import pytest
 
 import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym import registry
-from tensorgym.dataset import Dataset, ReplayMeasurer, ReplayMissError, VirtualTimeBudget, collect
+from tensorgym.dataset import Dataset, ReplayMeasurer, ReplayMissError, VirtualTimeBudget
 from tensorgym.errors import ErrorCode, TensorGymError
 from tensorgym.hardware.measure import MeasureOptions
 from tensorgym.records import Records
 from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
+from .conftest import TINY_MEASURE, collect_dataset
+
 WORKLOAD = "matmul:17,9,13"
-FAST = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
+FAST = MeasureOptions(**TINY_MEASURE)
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("replay") / "small.db"
-    collect([WORKLOAD], n_configs=8, db=str(path), threads=1, progress=False, options=FAST)
-    return str(path)
+    return collect_dataset(tmp_path_factory.mktemp("replay"), WORKLOAD, 8)
 
 
 def make(db, **kwargs):

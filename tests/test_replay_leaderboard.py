@@ -14,21 +14,17 @@ from tensorgym.baselines.results import (ResultsDoc, ResultsError, merge, one_tr
 from tensorgym.baselines.suites import get_suite
 from tensorgym.baselines.validate import validate
 from tensorgym.cli import main
-from tensorgym.dataset import Dataset, collect
+from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import MeasureOptions
 from tensorgym.workloads import get_workload
 
 SUITE = get_suite("tiny-cpu")  # one matmul:16,16,16 task
 WORKLOAD = SUITE.tasks[0][0]
-FAST = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("replay-board") / "tiny.db"
-    collect([WORKLOAD], n_configs=6, db=str(path), threads=1, progress=False, options=FAST)
-    return str(path)
+def db(tiny_dataset):
+    return tiny_dataset
 
 
 def replay_options(db, **kw):

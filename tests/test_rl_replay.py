@@ -8,20 +8,17 @@ import pytest
 from tensorgym.baselines import rl_split
 from tensorgym.baselines.harness import make_env
 from tensorgym.baselines.rl import FixedKnobSpaces, train_on_replay
-from tensorgym.dataset import Dataset, collect
+from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import MeasureOptions
+
+from .conftest import TINY_WORKLOAD as WORKLOAD
 
 pytest.importorskip("sb3_contrib")
-WORKLOAD = "matmul:16,16,16"
-FAST = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rl-replay") / "tiny.db"
-    collect([WORKLOAD], n_configs=6, db=str(path), threads=1, progress=False, options=FAST)
-    return str(path)
+def db(tiny_dataset):
+    return tiny_dataset
 
 
 @pytest.mark.parametrize("action_mode", ["config", "knob"])

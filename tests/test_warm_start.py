@@ -2,14 +2,12 @@
 tuner's first batch, pretraining on other workloads' records, and what `tensorgym tune` says."""
 import json
 
-import gymnasium as gym
 import pytest
 
 import tensorgym.envs  # noqa: F401  (registers the envs)
 from tensorgym import registry
 from tensorgym.agents import TransferModel, make_agent
 from tensorgym.cli import main
-from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.records import Records
 from tensorgym.registry import AgentOptionError
 from tensorgym.templates import default_config, space_for
@@ -18,20 +16,8 @@ from tensorgym.templates.seeds import (CPU_RECIPES, SPARE_REGISTERS, cpu_seed, r
 from tensorgym.workloads import WORKLOADS, get_workload, matmul
 
 from .conftest import SMALL_WORKLOADS
+from .test_agent_env import FAST, make_env, measurer  # noqa: F401  (a fixture)
 
-FAST = dict(batch_size=8, n_chains=16, sa_steps=20, model_options={"n_rounds": 40})
-
-
-@pytest.fixture(scope="module")
-def measurer():
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
-    yield m
-    m.close()
-
-
-def make_env(workload, measurer, records, budget=64):
-    return gym.make("TensorSched-v0", workload=workload, target="cpu", budget=budget,
-                    records=records, measurer=measurer)
 
 
 def _tile(config, axis):

@@ -180,6 +180,7 @@ class _CpuNest:
         acc = Buf("acc", np.stack([self.ext(lp) for lp in inner_spatial] or [np.ones(n, np.int64)],
                                   axis=1), "local", cache_write)
         acc_idx = [({self.var(lp): 1}, []) for lp in inner_spatial] or [({}, [])]
+        ops = operands(w)
         if self.packed:
             name, axis_name, _ = PACKABLE[w.op]
             packed_t = next(t for t in w.inputs if t.name == name)
@@ -188,14 +189,13 @@ class _CpuNest:
                 raise Unsupported(f"{name} packed along {axis_name}, which is not tiled")
             block = self.f[pack_ax][:, 2]
             shape = np.array(packed_t.shape, np.int64)
-            dim = next(d for d, a in enumerate(next(o for o in operands(w)
-                                                    if o.tensor is packed_t).index)
+            dim = next(d for d, a in enumerate(next(o for o in ops if o.tensor is packed_t).index)
                        if a.coefs == ((pack_ax, 1),))
             rest = np.broadcast_to(np.delete(shape, dim), (n, len(shape) - 1))
             bufs[packed_t] = Buf(packed_t.name, np.column_stack(
                 [shape[dim] // block, rest, block]).astype(np.int64))
         operand_reads = []
-        for o in operands(w):
+        for o in ops:
             dims = [merge([self.axis_index(ax, c) for ax, c in a.coefs]) for a in o.index]
             if self.packed and o.tensor is packed_t:
                 outer, inner = self.block_index(pack_ax)
