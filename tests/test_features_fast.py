@@ -12,6 +12,7 @@ from tensorgym.features import MAX_LOOPS, _from_summary, featurize
 from tensorgym.features.context import summarize
 from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
 from tensorgym.features.nest import Unsupported
+from tensorgym.features.nest_cpu import cpu_groups
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, get_workload, matmul
@@ -62,6 +63,26 @@ def test_fast_rows_equal_lowering_rows_with_the_vendor_class_knobs(name):
         pick = {k: opts[(i >> j) % len(opts)] for j, (k, opts) in enumerate(zip(names, options))}
         configs.append(space.from_values(dict(c.values, **pick)))
     _assert_fast_equals_lowering(w, configs)
+
+
+@pytest.mark.parametrize("name", ["conv2d-C6", "matmul-1024"])
+def test_a_configs_row_does_not_depend_on_its_batch(name):
+    """One nest per loop order holds every vector axis and packing, each loop copy and operand
+    layout where the config has it: a config's row alone (where every such choice is the same
+    for the whole nest) equals its row among configs of other choices."""
+    w = get_workload(name)
+    space = space_for(w, "cpu")
+    knobs = [k for k in ("vector_axis", "pack_weight", "pack_b")
+             if k in {kn.name for kn in space.knobs}]
+    configs = []
+    for i, c in enumerate(space.sample(np.random.default_rng(31), 48)):
+        pick = {k: space.knob(k).options[(i >> j) % len(space.knob(k).options)]
+                for j, k in enumerate(knobs)}
+        configs.append(space.from_values(dict(c.values, **pick)))
+    assert len(cpu_groups(w, configs)) == len({c.values["reorder"] for c in configs})
+    for mode in MODES:
+        alone = np.concatenate([fast_rows(w, [c], mode, MAX_LOOPS) for c in configs])
+        np.testing.assert_array_equal(fast_rows(w, configs, mode, MAX_LOOPS), alone)
 
 
 def test_features_tell_the_vector_axis_and_the_packed_weight_apart():

@@ -24,7 +24,8 @@ from .relation import relation_rows
 FAST_MODES = ("relation", "context")
 _GROUPS = {"cpu": cpu_groups, "gpu": gpu_groups}  # template -> its nest builder
 # Below these batch sizes lowering each config is quicker than the fast path's fixed cost
-# (about 1.5 ms per loop order on the CPU, 4 ms for a GPU kernel, whose lowering is slow).
+# (about 2.5 ms per ``reorder`` value on the CPU, 4 ms for a GPU kernel, whose lowering is slow;
+# ``benchmarks/bench_featurize.py`` times calls of 16 configs).
 MIN_BATCH = {"cpu": 24, "gpu": 2}
 CHUNK = 2048  # configs analysed at once: bounds memory (arrays are loops x accesses x dims x n)
 

@@ -1,11 +1,13 @@
 """The CPU template's loop nest for a batch of configs: ``lower/cpu.py`` with arrays for numbers.
 
-Configs are grouped by loop order (the ``reorder`` and ``vector_axis`` knobs) and by whether an
-operand is packed (``pack_weight`` / ``pack_b``: the buffer's rank); inside a group every other
-knob is a per-config array: tile factors (and so the packed block), the fused parallel loop,
-vectorize and unroll in loop kinds, ``cache_write`` and ``inline_pad`` in which statements,
-accesses and buffers exist, and where the register block starts (the first reduction loop that
-exists) in which of two copies of a loop exists.
+Configs are grouped by the ``reorder`` knob; inside a group every other knob is a per-config
+array: tile factors (and so the packed block), the fused parallel loop, vectorize and unroll in loop
+kinds, ``cache_write``, ``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a
+packed copy of the operand, each where the other is not) in which statements, accesses and
+buffers exist, and where the register block starts (the first reduction loop that exists) and
+which axis's register-tile loop goes innermost (``vector_axis``) in which of two copies of a loop
+exists. Fewer groups is what makes small batches cheap: each group costs a few milliseconds of
+NumPy calls whatever its size.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class TileLoop(NamedTuple):
     level: int
     on: "np.ndarray | bool" = True  # where the loop is in this place
     outside: bool = False  # the copy outside the register block (see ``build``)
+    last: bool = False  # the copy innermost in its tile group (``vector_axis``)
 
 
 def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.ndarray, Nest]]:
@@ -47,32 +50,40 @@ def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.n
              "cache_write": np.array([bool(v.get("cache_write", 0)) for v in values]),
              "inline": np.array([bool(v.get("inline_pad", 1)) for v in values])}
     pack_knob = PACKABLE[workload.op][2] if workload.op in PACKABLE else None
+    knobs["packed"] = np.array([bool(pack_knob and v.get(pack_knob, 0)) for v in values])
     names = {ax.name for ax in spatial}
+    vector_axes = np.array([v.get("vector_axis") for v in values], object)
+    for name in set(vector_axes.tolist()) - names - {None}:
+        raise Unsupported(f"vector_axis {name!r} is no tiled axis of {workload.label}")
     orders: dict[tuple, list[int]] = {}
     for i, v in enumerate(values):
-        vector_axis = v.get("vector_axis")
-        if vector_axis is not None and vector_axis not in names:
-            raise Unsupported(f"vector_axis {vector_axis!r} is no tiled axis of {workload.label}")
-        key = (tuple(v["reorder"]), vector_axis, bool(pack_knob and v.get(pack_knob, 0)))
-        orders.setdefault(key, []).append(i)
+        orders.setdefault(tuple(v["reorder"]), []).append(i)
     out = []
-    for (order, vector_axis, packed), idx in orders.items():
+    for order, idx in orders.items():
         if sorted(order) != sorted(TILE_GROUPS):
             raise Unsupported(f"reorder {order} is not an order of {TILE_GROUPS}")
         idx = np.array(idx)
         cpu = _CpuNest(workload, order, spatial, reduce, {ax: f[idx] for ax, f in factors.items()},
-                       {k: v[idx] for k, v in knobs.items()}, vector_axis, packed)
+                       {k: v[idx] for k, v in knobs.items()}, vector_axes[idx])
         out.append((idx, cpu.build()))
     return out
 
 
+def _on(mask: np.ndarray) -> "np.ndarray | bool":
+    """``mask`` as an ``on`` field: True where it holds for all configs."""
+    return True if mask.all() else mask
+
+
+def _where(mask: np.ndarray) -> "np.ndarray | bool | None":
+    """``mask`` as a loop's ``on``: True where it holds for all configs, None for none."""
+    return True if mask.all() else (mask if mask.any() else None)
+
+
 class _CpuNest:
     def __init__(self, workload: Workload, order: tuple, spatial: list, reduce: list,
-                 factors: dict, knobs: dict, vector_axis: "str | None" = None,
-                 packed: bool = False) -> None:
+                 factors: dict, knobs: dict, vector_axes: np.ndarray) -> None:
         self.w, self.spatial, self.reduce = workload, spatial, reduce
         self.f, self.knobs = factors, knobs
-        self.packed = packed
         self.n = n = len(knobs["parallel"])
         # the leading outer loops that exist are fused into one parallel loop
         present = [factors[ax][:, 0] > 1 for ax in spatial]
@@ -88,17 +99,22 @@ class _CpuNest:
         # groups between the two reduction groups are outside it when the first has no loop,
         # so their loops get two places, each where the other is not
         groups = {f"S{lv}": [TileLoop(ax, lv) for ax in spatial] for lv in range(3)}
-        # the vector axis's register-tile loop goes innermost in its group
-        groups["S2"].sort(key=lambda lp: lp.axis.name == vector_axis)
+        # the vector axis's register-tile loop goes innermost in its group: a second copy there
+        first = [(ax, _where(vector_axes != ax.name)) for ax in spatial]
+        last = [(ax, _where(vector_axes == ax.name)) for ax in spatial]
+        groups["S2"] = ([TileLoop(ax, 2, on) for ax, on in first if on is not None]
+                        + [TileLoop(ax, 2, on, last=True) for ax, on in last if on is not None])
         groups.update({f"R{lv}": [TileLoop(ax, lv) for ax in reduce] for lv in range(2)})
         r1, r2 = (order.index(g) for g in order if g[0] == "R")
         from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
         floating = [lp for g in order[r1 + 1:r2] for lp in groups[g]]
-        self.floating = {(lp.axis, lp.level) for lp in floating}
         self.outer = (groups["S0"] + [lp for g in order[:r1] for lp in groups[g]]
-                      + [lp._replace(on=~from_r1, outside=True) for lp in floating])
-        self.block = (groups[order[r1]] + [lp._replace(on=from_r1) for lp in floating]
+                      + [lp._replace(on=lp.on & ~from_r1, outside=True) for lp in floating])
+        self.block = (groups[order[r1]] + [lp._replace(on=lp.on & from_r1) for lp in floating]
                       + [lp for g in order[r2:] for lp in groups[g]])
+        self.copies: dict[tuple, list[str]] = {}  # (axis, level) -> the variables of its loops
+        for lp in self.outer + self.block:
+            self.copies.setdefault((lp.axis, lp.level), []).append(self.var(lp))
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
 
     def ext(self, loop: TileLoop) -> np.ndarray:
@@ -111,7 +127,8 @@ class _CpuNest:
 
     @staticmethod
     def var(loop: TileLoop) -> str:
-        return f"{loop.axis.name}.{loop.level}" + ("'" if loop.outside else "")
+        return (f"{loop.axis.name}.{loop.level}" + ("v" if loop.last else "")
+                + ("'" if loop.outside else ""))
 
     def axis_index(self, ax, c: int = 1) -> tuple[dict, list]:
         """``c`` times the index of axis ``ax``: sum over its loops of loop * level stride."""
@@ -133,9 +150,8 @@ class _CpuNest:
         block = f[:, -1] if levels is not None and 2 not in levels else 1
         for level in range(f.shape[1]) if levels is None else levels:
             coeff = np.prod(f[:, level + 1:], axis=1) // block
-            affine[self.var(TileLoop(ax, level))] = coeff
-            if (ax, level) in self.floating:  # its copy outside the block
-                affine[self.var(TileLoop(ax, level, outside=True))] = coeff
+            for var in self.copies[ax, level]:
+                affine[var] = coeff
             if not ax.reduce and level == 0:
                 i = self.spatial.index(ax)
                 fused = self.fused[i]
@@ -181,7 +197,9 @@ class _CpuNest:
                                   axis=1), "local", cache_write)
         acc_idx = [({self.var(lp): 1}, []) for lp in inner_spatial] or [({}, [])]
         ops = operands(w)
-        if self.packed:
+        packed = knobs["packed"]
+        packed_t = None  # the operand packed in some configs: a packed copy of it where it is
+        if packed.any():
             name, axis_name, _ = PACKABLE[w.op]
             packed_t = next(t for t in w.inputs if t.name == name)
             pack_ax = next((ax for ax in self.spatial if ax.name == axis_name), None)
@@ -192,15 +210,18 @@ class _CpuNest:
             dim = next(d for d, a in enumerate(next(o for o in ops if o.tensor is packed_t).index)
                        if a.coefs == ((pack_ax, 1),))
             rest = np.broadcast_to(np.delete(shape, dim), (n, len(shape) - 1))
-            bufs[packed_t] = Buf(packed_t.name, np.column_stack(
-                [shape[dim] // block, rest, block]).astype(np.int64))
+            bufs[packed_t] = buffer(packed_t, n, on=_on(~packed))
+            packed_buf = Buf(packed_t.name, np.column_stack(
+                [shape[dim] // block, rest, block]).astype(np.int64), on=_on(packed))
         operand_reads = []
         for o in ops:
             dims = [merge([self.axis_index(ax, c) for ax, c in a.coefs]) for a in o.index]
-            if self.packed and o.tensor is packed_t:
+            if o.tensor is packed_t:  # the plain layout, then the packed one, each where it is
                 outer, inner = self.block_index(pack_ax)
-                dims = [outer, *dims[:dim], *dims[dim + 1:], inner]
-            if o.tensor in producers:  # read inlined from its source, or the materialised copy
+                packed_dims = [outer, *dims[:dim], *dims[dim + 1:], inner]
+                operand_reads += [access(bufs[o.tensor], dims, reads=1, on=_on(~packed)),
+                                  access(packed_buf, packed_dims, reads=1, on=_on(packed))]
+            elif o.tensor in producers:  # read inlined from its source, or the materialised copy
                 operand_reads += [access(bufs[inlined_source(o.tensor)], dims, reads=1, on=inline),
                                   access(bufs[o.tensor], dims, reads=1, on=~inline)]
             else:
@@ -221,8 +242,9 @@ class _CpuNest:
                     + [(self.var(lp), self.ext(lp), KIND["serial"]) for lp in self.outer],
                     block_body)
         stages = [loop for t in producers for loop in self.copy_stage(t, bufs, ~inline)]
-        return Nest(n, [bufs[t] for t in (*w.inputs, out_t)], [bufs[t] for t in producers],
-                    [acc], stages + body)
+        args = [b for t in (*w.inputs, out_t)
+                for b in ([bufs[t], packed_buf] if t is packed_t else [bufs[t]])]
+        return Nest(n, args, [bufs[t] for t in producers], [acc], stages + body)
 
     def copy_stage(self, t: te.Tensor, bufs: dict, on: np.ndarray) -> list:
         """``lower/cpu._lower_elementwise`` for a materialised padding stage (where ``on``)."""
