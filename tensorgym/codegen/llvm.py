@@ -2,11 +2,18 @@
 
 * ``vectorized`` loops become LLVM vector operations: an access whose flattened index has stride
   1 in the loop variable is one vector load/store, stride 0 is a broadcast, anything else is a
-  per-lane gather/scatter. Loads under a ``Select`` condition become masked loads, so padding
-  that is inlined never touches memory outside its buffer.
+  per-lane gather/scatter. (LLVM's gather/scatter intrinsics compile 3-10x faster, but as
+  vgatherdps/vscatterdps two C6 kernels ran 10% and 32% slower on a Zen 4.) Loads under a
+  ``Select`` condition become masked loads, so padding that is inlined never touches memory
+  outside its buffer.
 * ``unrolled`` loops are emitted once per iteration with the variable a constant.
 * a top-level ``parallel`` loop is outlined into a function that libgomp's ``GOMP_parallel`` runs
   on every thread, each taking a contiguous chunk of the iterations.
+* within a basic block, a load of an address stored or loaded before gets that value, and a store
+  that a later one overwrites, with no load between, is dropped (:class:`_Memory`). Unrolled
+  register tiles update the same accumulator many times in one block: doing this here, in linear
+  time, lets the CPU runtime turn off LLVM's dead-store elimination, which is quadratic in a
+  block's memory accesses and was most of the O3 pipeline's time on such kernels.
 
 The IR is written as text rather than built with llvmlite.ir: an unrolled kernel has tens of
 thousands of instructions, and building them as Python objects cost as much as LLVM's whole O3
@@ -93,9 +100,67 @@ class _Function:
                *self.allocas, f"  br label %{next(iter(self.blocks))}"]
         for label, lines in self.blocks.items():
             out.append(f"{label}:")
-            out.extend(lines)
+            out.extend(line for line in lines if line)  # blank: a store deleted
         out.append("}")
         return "\n".join(out)
+
+
+_Key = tuple  # (symbolic terms, constant offset, lanes): an address, see _Emitter._address
+
+
+@dataclass
+class _Cached:
+    value: _V
+    store: "int | None" = None  # the line of this block that stored it, while nothing read it
+
+
+def _overlap(a: _Key, b: _Key) -> bool:
+    """Whether two addresses may share an element: the same symbolic terms compare exactly."""
+    if a[0] != b[0]:
+        return True
+    return a[1] < b[1] + b[2] and b[1] < a[1] + a[2]
+
+
+class _Memory:
+    """What one basic block has loaded from and stored to each buffer, by address: a load of a
+    known address gets the value, and a store that a later store to the same address overwrites,
+    with nothing reading it between, is deleted (its line blanked). Stores stay where they are
+    otherwise, so memory order never changes. Buffers are distinct allocations (noalias
+    parameters, allocas): an access to one never touches another; an address with no key (a
+    gather, a scatter, a non-affine index) may touch any element of its buffer. Forgotten at
+    every branch, call and return (``clear``)."""
+
+    def __init__(self) -> None:
+        self.bufs: dict = {}  # Buffer -> {key: _Cached}
+
+    def get(self, buf, key: _Key) -> "_V | None":
+        hit = self.bufs.get(buf, {}).get(key)
+        return hit.value if hit is not None else None
+
+    def read(self, buf, key: "_Key | None") -> None:
+        """A load from memory at ``key`` (None: anywhere in ``buf``): the stores it may see stay."""
+        for k, c in self.bufs.get(buf, {}).items():
+            if key is None or _overlap(k, key):
+                c.store = None
+
+    def loaded(self, buf, key: _Key, value: _V) -> None:
+        self.bufs.setdefault(buf, {})[key] = _Cached(value)
+
+    def stored(self, buf, key: "_Key | None", value: _V, lines: list) -> None:
+        """The store just appended to ``lines`` wrote ``value`` at ``key`` (None: somewhere)."""
+        if key is None:
+            self.bufs.pop(buf, None)
+            return
+        cached = self.bufs.setdefault(buf, {})
+        old = cached.get(key)
+        if old is not None and old.store is not None:
+            lines[old.store] = ""  # overwritten, never read: dead
+        for k in [k for k in cached if _overlap(k, key)]:
+            del cached[k]
+        cached[key] = _Cached(value, len(lines) - 1)
+
+    def clear(self) -> None:
+        self.bufs.clear()
 
 
 @dataclass
@@ -111,6 +176,7 @@ class _Scope:
     # Index values already emitted, one dict per enclosing basic-block region: a value from an
     # outer region dominates inner code, one from a finished loop body does not.
     cse: list = field(default_factory=lambda: [{}])
+    mem: _Memory = field(default_factory=_Memory)  # this basic block's loads and stores
 
     def emit(self, op: str, ty: str) -> _V:
         """Append ``%new = op`` and return the new value of type ``ty``."""
@@ -119,6 +185,12 @@ class _Scope:
         return _V(ty, name)
 
     def do(self, op: str) -> None:
+        self.cur.append(f"  {op}")
+
+    def branch(self, op: str) -> None:
+        """End the block with ``op`` (a branch, a call or a return): what it loaded and stored
+        is forgotten."""
+        self.mem.clear()
         self.cur.append(f"  {op}")
 
     def goto(self, label: str) -> None:
@@ -138,9 +210,10 @@ class _Emitter:
         self._vars_cache: dict[int, tuple[A.Node, tuple]] = {}
         self._coeff_cache: dict[tuple[int, int], tuple[A.Node, "int | None"]] = {}
         self._leaf_cache: dict[int, tuple[A.Node, bool]] = {}
+        self._affine_cache: dict[int, tuple[A.Node, tuple]] = {}
         sc = self._new_scope(KERNEL_NAME, [])
         self.stmt(program.body, sc)
-        sc.do("ret void")
+        sc.branch("ret void")
 
     def text(self) -> str:
         return "\n\n".join([*self.declares.values(), *(f.text() for f in self.functions)]) + "\n"
@@ -210,12 +283,12 @@ class _Emitter:
         elif isinstance(s, A.If):
             cond = self.scalar_cond(s.cond, sc)
             then, end = sc.fn.new_block("if"), sc.fn.new_block("endif")
-            sc.do(f"br i1 {cond.ref}, label %{then}, label %{end}")
+            sc.branch(f"br i1 {cond.ref}, label %{then}, label %{end}")
             sc.goto(then)
             sc.cse.append({})
             self.stmt(s.then, sc)
             sc.cse.pop()
-            sc.do(f"br label %{end}")
+            sc.branch(f"br label %{end}")
             sc.goto(end)
         else:
             raise NotImplementedError(f"LLVM codegen does not handle {type(s).__name__}")
@@ -241,7 +314,7 @@ class _Emitter:
         fn = sc.fn
         pre = fn.block
         head, loop, done = (fn.new_block(f"{var.name}.{part}") for part in ("head", "loop", "done"))
-        sc.do(f"br label %{head}")
+        sc.branch(f"br label %{head}")
         i = _V("i64", fn.fresh())
         sc.goto(loop)
         sc.env[var] = i
@@ -250,7 +323,7 @@ class _Emitter:
         sc.cse.pop()
         nxt = sc.emit(f"add nsw i64 {i.ref}, 1", "i64")
         latch = fn.block
-        sc.do(f"br label %{head}")
+        sc.branch(f"br label %{head}")
         cond = fn.fresh()
         fn.blocks[head].extend([
             f"  {i.ref} = phi i64 [{begin.ref}, %{pre}], [{nxt.ref}, %{latch}]",
@@ -266,7 +339,7 @@ class _Emitter:
         body_name = f"{KERNEL_NAME}.par{k}"
         inner = self._new_scope(body_name, ["i64 %begin", "i64 %end"])
         self.serial(s.var, _V("i64", "%begin"), _V("i64", "%end"), s.body, inner)
-        inner.do("ret void")
+        inner.branch("ret void")
 
         closure = "{" + ", ".join(["ptr"] * n) + "}"
         tramp = _Function(f"{KERNEL_NAME}.par{k}.omp", ["ptr %closure"])
@@ -298,7 +371,7 @@ class _Emitter:
             slot = sc.emit(f"getelementptr {closure}, ptr {data}, i32 0, i32 {j}", "ptr")
             sc.do(f"store ptr {sc.buffers[buf].ref}, ptr {slot.ref}")
         gomp = self._declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
-        sc.do(f"call void {gomp}(ptr @\"{tramp.name}\", ptr {data}, i32 {self.num_threads}, "
+        sc.branch(f"call void {gomp}(ptr @\"{tramp.name}\", ptr {data}, i32 {self.num_threads}, "
               "i32 0)")
 
     def store(self, s: A.Store, sc: _Scope) -> None:
@@ -308,17 +381,74 @@ class _Emitter:
         if sc.width == 0:
             ptr = self._gep(base, self.index(flat, sc), sc)
             sc.do(f"store {value}, ptr {ptr.ref}")
+            sc.mem.stored(s.buffer, self._address(flat, sc), value, sc.cur)
             return
         coeff = self._coeff(flat, sc.vec_var)
         value = self.broadcast(value, sc)
         if coeff == 1:
             ptr = self._gep(base, self.uniform_index(flat, sc), sc)
             sc.do(f"store {value}, ptr {ptr.ref}, align 4")
+            sc.mem.stored(s.buffer, self._address(flat, sc), value, sc.cur)
         else:  # scatter lane by lane (lanes of a stride-0 store overwrite in order)
             idx = self.broadcast(self.index(flat, sc), sc)
             for lane in range(sc.width):
                 ptr = self._gep(base, self._extract(idx, lane, sc), sc)
                 sc.do(f"store {self._extract(value, lane, sc)}, ptr {ptr.ref}")
+            sc.mem.stored(s.buffer, None, value, sc.cur)
+
+    def _address(self, flat: A.Expr, sc: _Scope) -> "_Key | None":
+        """``flat`` as (symbolic terms, constant, lanes) with the current loop values: the terms
+        are (value, coefficient) pairs of loop variables and non-affine parts that are not
+        constants here. None for an access to several non-contiguous lanes."""
+        terms, const = self._affine(flat)
+        sym: dict[str, int] = {}
+        lanes = 1
+        for node, c in terms:
+            if node is sc.vec_var:
+                if c != 1:
+                    return None
+                lanes = sc.width
+                continue
+            if isinstance(node, A.LoopVar):
+                v = sc.env[node]
+            elif sc.vec_var is not None and sc.vec_var in self._vars_of(node):
+                return None
+            else:
+                v = self.index(node, sc)
+            if v.vector:
+                return None
+            if v.ref.lstrip("-").isdigit():
+                const += c * int(v.ref)
+            else:
+                sym[v.ref] = sym.get(v.ref, 0) + c
+        return tuple(sorted((k, c) for k, c in sym.items() if c)), const, lanes
+
+    def _affine(self, e: A.Expr) -> tuple[tuple, int]:
+        """``e`` as ((node, coefficient), ...) and a constant, where each node is a loop
+        variable or a part that is not affine (a division, a min); once per index."""
+        hit = self._affine_cache.get(id(e))
+        if hit is None:
+            terms: dict = {}
+            const = self._collect(e, 1, terms)
+            hit = self._affine_cache[id(e)] = (e, (tuple((terms[k][0], c) for k, c in
+                                                         ((k, terms[k][1]) for k in terms)),
+                                                   const))
+        return hit[1]
+
+    def _collect(self, e: A.Expr, scale: int, terms: dict) -> int:
+        """Add ``scale * e``'s terms to ``terms`` (id -> [node, coefficient]); its constant."""
+        if isinstance(e, A.IntImm):
+            return scale * e.value
+        if isinstance(e, A.BinOp) and e.op in ("+", "-"):
+            return (self._collect(e.a, scale, terms)
+                    + self._collect(e.b, -scale if e.op == "-" else scale, terms))
+        if isinstance(e, A.BinOp) and e.op == "*":
+            if isinstance(e.a, A.IntImm):
+                return self._collect(e.b, scale * e.a.value, terms)
+            if isinstance(e.b, A.IntImm):
+                return self._collect(e.a, scale * e.b.value, terms)
+        terms.setdefault(id(e), [e, 0])[1] += scale
+        return 0
 
     # ------------------------------------------------------------ expressions
 
@@ -414,11 +544,24 @@ class _Emitter:
         raise NotImplementedError(f"value expression {e!r}")
 
     def load(self, e: A.Load, sc: _Scope, mask: Optional[_V]) -> _V:
-        base = sc.buffers[e.buffer].ref
         flat = self._flat(e)
         coeff = self._coeff(flat, sc.vec_var) if sc.width else 0
         if mask is not None and mask.ref == "true":
             mask = None
+        key = self._address(flat, sc) if coeff in (0, 1) else None
+        if mask is None and key is not None:
+            hit = sc.mem.get(e.buffer, key)
+            if hit is not None:
+                return hit
+        sc.mem.read(e.buffer, key)
+        value = self._load(e, flat, coeff, sc, mask)
+        if mask is None and key is not None:
+            sc.mem.loaded(e.buffer, key, value)
+        return value
+
+    def _load(self, e: A.Load, flat: A.Expr, coeff: "int | None", sc: _Scope,
+              mask: Optional[_V]) -> _V:
+        base = sc.buffers[e.buffer].ref
         if coeff == 0:  # one address for all lanes
             idx = self.uniform_index(flat, sc) if sc.width else self.index(flat, sc)
             if mask is not None:
@@ -426,13 +569,13 @@ class _Emitter:
             return sc.emit(f"load float, ptr {self._gep(base, idx, sc).ref}", "float")
         vty = _vec(sc.width, "float")
         if coeff == 1:
-            ptr = self._gep(base, self.uniform_index(flat, sc), sc)
+            ptr = self._gep(base, self.uniform_index(flat, sc), sc).ref
             if mask is None:
-                return sc.emit(f"load {vty}, ptr {ptr.ref}, align 4", vty)
+                return sc.emit(f"load {vty}, ptr {ptr}, align 4", vty)
             mask = self.broadcast(mask, sc)
             fn = self._declare(f"llvm.masked.load.v{sc.width}f32.p0", vty,
                                ["ptr", "i32", mask.ty, vty])
-            return sc.emit(f"call {vty} {fn}(ptr {ptr.ref}, i32 4, {mask}, {vty} zeroinitializer)",
+            return sc.emit(f"call {vty} {fn}(ptr {ptr}, i32 4, {mask}, {vty} zeroinitializer)",
                            vty)
         idx = self.broadcast(self.index(flat, sc), sc)
         out = _V(vty, "zeroinitializer")

@@ -24,8 +24,12 @@ from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage
 # never have, but its dependence analysis is quadratic in the memory accesses of a loop body: 12 CPU
 # seconds for a C1 kernel with 512 unrolled updates of its output. Without it, 400 random kernels
 # of C1, C6, C7 and matmul-1024 compiled to identical objects (benchmarks/bench_compile.py checks
-# its sample too). The option is LLVM's and process-wide: it holds for every llvmlite user here.
-_DISABLED_PASSES = "loop-load-elim"
+# its sample too). Dead-store elimination is quadratic the same way (1-2.4 s of a 6-15k line
+# unrolled kernel, 60% of the O3 pipeline over a C6 tune's kernels), and the emitter already drops
+# the stores it would (codegen/llvm.py, _Memory): over the 256 kernels of a C6 tune it changed 4
+# objects, all of slow kernels. The option is LLVM's and process-wide: it holds for every llvmlite
+# user here.
+_DISABLED_PASSES = "loop-load-elim,dse"
 
 # Sources of this many lines or more get the backend's "less" level (1), whose run time measured the
 # same (benchmarks/bench_compile.py): its schedulers are quadratic in a basic block, and a big
