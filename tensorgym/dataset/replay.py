@@ -182,9 +182,9 @@ class ReplayMeasurer:
         self._rng = random.Random(seed)
 
     def measure(self, workload: Workload, configs: Sequence[Config],
-                stop_slower_than: float = 0.0) -> list[MeasureResult]:
-        """The answers for ``configs`` (``stop_slower_than`` applies to live measurements
-        only: a recorded answer is a whole recorded measurement)."""
+                stop_slower_than: float = 0.0, early_stop: float = 0.0) -> list[MeasureResult]:
+        """The answers for ``configs`` (``stop_slower_than`` and ``early_stop`` apply to live
+        measurements only: a recorded answer is a whole recorded measurement)."""
         task = self.task(workload)
         index_of, key = task.index_of, task.space.key
         if len(configs) == 1:  # an env step: the hot path
@@ -203,7 +203,7 @@ class ReplayMeasurer:
                 out[i] = self._recorded(task, p, configs[i])
         if misses:
             for i, r in zip(misses, self._answer_misses(task, [configs[i] for i in misses],
-                                                        stop_slower_than)):
+                                                        stop_slower_than, early_stop)):
                 out[i] = r
         self.sources.update(r.extra["source"] for r in out)
         return out  # type: ignore[return-value]
@@ -379,11 +379,12 @@ class ReplayMeasurer:
                             s.build_time, s.run_time, s.timestamp, cached=True,
                             extra={"source": "recorded"})
 
-    def _answer_misses(self, task: ReplayTask, configs: list[Config],
-                       stop_slower_than: float) -> list[MeasureResult]:
+    def _answer_misses(self, task: ReplayTask, configs: list[Config], stop_slower_than: float,
+                       early_stop: float) -> list[MeasureResult]:
         if self.on_miss == "measure":
             results = self._with_live(lambda m: m.measure(task.workload, configs,
-                                                           stop_slower_than=stop_slower_than))
+                                                           stop_slower_than=stop_slower_than,
+                                                           early_stop=early_stop))
             return [self._mark(r, "measured") for r in results]
         out: list[Optional[MeasureResult]] = [None] * len(configs)
         valid = []

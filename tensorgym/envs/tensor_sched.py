@@ -118,10 +118,14 @@ class TensorSchedEnv(gym.Env):
     (``confirm_best``, default on) and keeps only those samples (``info["confirmed"]``): ``best`` and
     ``info["best_gflops"]`` are confirmed figures, not the luckiest of many noisy samples.
     With ``early_stop`` = r (default 3; 0 turns it off, as datasets should), timing a kernel
-    stops once even its fastest sample is over r times the best's median: its time is a real
-    sample, from fewer samples, flagged ``info["early_stop"]``; rewards treat it like any time
-    (it is far from the best either way). ``info["drift"]`` flags a measurement taken while the
-    machine's speed moved (see ``MeasureOptions.calibrate``).
+    stops once even its fastest sample is over r times the best's median, or over r times the
+    fastest median of the kernels timed before it in the same batch (so the first batch, before
+    any best, and the batches of random search or a GA stop early too); a kernel whose checked
+    (cold) first run alone is over twice that bound keeps that run as its one sample
+    (``worker.cold_run_lost``). Its time is a real sample, from fewer samples, flagged
+    ``info["early_stop"]``; rewards treat it like any time (it is far from the best either way).
+    ``info["drift"]`` flags a measurement taken while the machine's speed moved (see
+    ``MeasureOptions.calibrate``).
 
     ## Replay: recorded measurements and virtual time
     ``measure="replay"`` with ``dataset`` (a records database or its export, or a
@@ -309,7 +313,8 @@ class TensorSchedEnv(gym.Env):
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
             bound = self.early_stop * self.best.median if self.early_stop and self.best else 0.0
-            fresh = self._measure_now([configs[i] for i in todo], stop_slower_than=bound)
+            fresh = self._measure_now([configs[i] for i in todo], stop_slower_than=bound,
+                                      early_stop=self.early_stop)
             if self.records is not None and not all(r.cached for r in fresh):
                 with self.meter.time("other"):
                     self.records.add_many(self.workload, self.target, self.device, fresh,

@@ -4,7 +4,9 @@ Protocol per config: lower -> render -> compile in a builder process; then in th
 run once on random inputs and compare with NumPy (a wrong result is an error, never a time),
 pick ``number`` so one sample lasts at least ``min_repeat_ms``, and take ``repeat`` samples. A
 kernel whose first run already takes ``slow_run_s`` is reported with that one sample: it is far
-from the best anyway, and timing it again would cost a tuner seconds per trial.
+from the best anyway, and timing it again would cost a tuner seconds per trial. A bound
+(``stop_slower_than``, lowered within a batch by ``early_stop`` times the batch's fastest so far)
+stops the timing of a kernel that has surely lost: flagged ``extra["early_stop"]``, fewer samples.
 The statistic reported is the median of the samples (``MeasureResult.median``); every sample is
 kept in ``costs``.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
+import math
 import statistics
 import time
 import traceback
@@ -52,6 +55,7 @@ class MeasureOptions:
     max_repeat: int = 10  # more samples, up to this many, while their spread exceeds target_cv
     target_cv: float = 0.05  # coefficient of variation a measurement aims for
     stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
+    early_stop: float = 0.0  # ratio; also stop once slower than this x the batch's fastest (0: off)
     confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
     confirm_min_repeat_ms: float = 10.0  # and their least length
     calibrate: bool = True  # time a calibration kernel around each timing phase (drift)
@@ -131,6 +135,23 @@ def _compiler_fingerprint(runtime, runtime_kwargs: dict) -> str:
             pass
     digest = hashlib.sha256(code).hexdigest()[:16]
     return f"{runtime.target}|{device}|{sorted(runtime_kwargs.items())}|{digest}|{versions}"
+
+
+def stop_bound(fixed: float, ratio: float, fastest: float) -> float:
+    """Seconds past which a kernel's timing stops (0: never): the least of ``fixed`` (0: none)
+    and ``ratio`` (0: off) times ``fastest`` (the batch's fastest median so far; inf: none)."""
+    bounds = [fixed] if fixed > 0 else []
+    if ratio > 0 and fastest < math.inf:
+        bounds.append(ratio * fastest)
+    return min(bounds, default=0.0)
+
+
+def _stop_options(options: MeasureOptions, stop_slower_than: float,
+                  early_stop: float) -> MeasureOptions:
+    if stop_slower_than < 0 or not (early_stop == 0 or early_stop >= 1):
+        raise TensorGymError(f"stop_slower_than must be >= 0 seconds and early_stop 0 (off) or a "
+                             f"ratio >= 1, got {stop_slower_than!r} and {early_stop!r}")
+    return replace(options, stop_slower_than=stop_slower_than, early_stop=early_stop)
 
 
 def _compile_error(target: str) -> ErrorCode:
@@ -240,30 +261,34 @@ class Measurer:
         return self._results(workload, [config], [b], self.options)[0]
 
     def measure(self, workload: Workload, configs: Sequence[Config],
-                stop_slower_than: float = 0.0) -> list[MeasureResult]:
+                stop_slower_than: float = 0.0, early_stop: float = 0.0) -> list[MeasureResult]:
         """Build and time ``configs``. ``stop_slower_than`` (seconds, 0: off) stops timing a
         kernel once even its fastest sample is slower: such a result is real but flagged
-        ``extra["early_stop"]``, with fewer samples."""
+        ``extra["early_stop"]``, with fewer samples. ``early_stop`` (a ratio, 0: off) lowers
+        that bound, while the batch is timed one kernel after another, to ``early_stop`` times
+        the fastest median timed so far in the batch (of an ok kernel not stopped early)."""
         if self._ray is not None:
             out: list = [None] * len(configs)
-            for i, r in self.measure_iter(workload, configs, stop_slower_than):
+            for i, r in self.measure_iter(workload, configs, stop_slower_than, early_stop):
                 out[i] = r
             return out
         self.runtime.check_available()
         if not configs:
             return []
-        opts = replace(self.options, stop_slower_than=stop_slower_than)
+        opts = _stop_options(self.options, stop_slower_than, early_stop)
         builds = self._build_all("build", [(workload, c) for c in configs])
         return self._results(workload, list(configs), builds, opts)
 
     def measure_iter(self, workload: Workload, configs: Sequence[Config],
-                     stop_slower_than: float = 0.0) -> Iterator[tuple[int, MeasureResult]]:
+                     stop_slower_than: float = 0.0,
+                     early_stop: float = 0.0) -> Iterator[tuple[int, MeasureResult]]:
         """``measure``, as ``(index into configs, result)`` pairs: with the Ray runner as each
-        result comes back (any order), with the local one after the whole batch."""
+        result comes back (any order), with the local one after the whole batch. (On Ray the
+        batch's fastest lowers the bound of the chunks timed after it came back.)"""
         if self._ray is None:
-            yield from enumerate(self.measure(workload, configs, stop_slower_than))
+            yield from enumerate(self.measure(workload, configs, stop_slower_than, early_stop))
             return
-        opts = replace(self.options, stop_slower_than=stop_slower_than)
+        opts = _stop_options(self.options, stop_slower_than, early_stop)
         yield from self._ray.measure_iter(workload, list(configs), opts, self.seconds)
 
     def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
@@ -290,7 +315,8 @@ class Measurer:
         """Time the builds; configs that lower to the same kernel share one run. With
         ``calibrate``, a calibration kernel is timed before and after: if the machine's speed
         moved by more than ``drift_tolerance`` meanwhile, the kernels are timed once more, and
-        a drift that persists is flagged ``extra["drift"]`` (after / before)."""
+        a drift that persists is flagged ``extra["drift"]`` (after / before). A re-take starts
+        its ``early_stop`` bound afresh, from the kernels it has timed itself."""
         with self._clock("run"):
             return self._timed_results(workload, configs, builds, opts)
 
@@ -316,15 +342,21 @@ class Measurer:
             self._drift.phase_start(self._calibration_time())
         out: list[MeasureResult] = []
         timed: dict[str, MeasureResult] = {}
+        fastest = math.inf  # median of the fastest kernel timed in full so far
         for c, b in zip(configs, builds):
             first = timed.get(b.key) if b.key and b.error == ErrorCode.NO_ERROR else None
             if first is not None:
                 out.append(replace(first, config=c, build_time=b.time,
                                    extra={**first.extra, "same_kernel_as": first.config.index}))
                 continue
-            out.append(self._run(workload, c, b, opts))
+            r = self._run(workload, c, b, replace(
+                opts, stop_slower_than=stop_bound(opts.stop_slower_than, opts.early_stop,
+                                                  fastest)))
+            out.append(r)
+            if r.ok and not r.extra.get("early_stop"):
+                fastest = min(fastest, r.median)
             if b.key:
-                timed[b.key] = out[-1]
+                timed[b.key] = r
         if calibrating:
             self._drift.phase_end(self._calibration_time())
         return out
@@ -340,7 +372,7 @@ class Measurer:
         if b.error != ErrorCode.NO_ERROR:
             return None
         opts = replace(self.options, repeat=3, max_repeat=3, min_repeat_ms=2.0,
-                       stop_slower_than=0.0)
+                       stop_slower_than=0.0, early_stop=0.0)
         r, _ = self._time(w, b, opts)
         return statistics.median(r.costs) if r.ok else None
 

@@ -35,7 +35,7 @@ from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
 from ..space import Config
 from ..workloads import Workload
 from .host import available_cpus
-from .measure import MeasureOptions, Measurer
+from .measure import MeasureOptions, Measurer, stop_bound
 from .result import BuildResult, MeasureResult
 from .target import get_target
 
@@ -327,6 +327,7 @@ class _Batch:
         self.leader: dict[str, int] = {}  # kernel key -> the config whose run times it
         self.followers: dict[int, list[int]] = {}
         self.out: list[Optional[MeasureResult]] = [None] * len(configs)
+        self.fastest = math.inf  # median of the fastest kernel timed in full so far
 
     def run(self, seconds: "dict[str, float] | None") -> Iterator[tuple[int, MeasureResult]]:
         try:
@@ -364,8 +365,12 @@ class _Batch:
                 break
             n = min(CHUNK, max(1, math.ceil(waiting / len(idle))))
             chunk = [self.built.popleft() for _ in range(min(n, len(self.built)))]
+            # the batch's fastest so far bounds the chunk; within it, the actor's Measurer
+            # lowers the bound further as it times the chunk's kernels in turn
+            opts = replace(self.opts, stop_slower_than=stop_bound(
+                self.opts.stop_slower_than, self.opts.early_stop, self.fastest))
             ref = self.r._actors[d.label].time.remote(
-                self.workload, [self.configs[i] for i, _ in chunk], self.r.options, self.opts,
+                self.workload, [self.configs[i] for i, _ in chunk], self.r.options, opts,
                 *[full for _, full in chunk])
             self.timing[ref] = (d, chunk)
         if not self.building and not self.timing:  # work left, nowhere to run it
@@ -423,6 +428,8 @@ class _Batch:
             return self._again([i for i, _ in chunk], e)
         out = []
         for (i, _), r in zip(chunk, results):
+            if r.ok and not r.extra.get("early_stop"):
+                self.fastest = min(self.fastest, r.median)
             out += self._emit(i, replace(r, config=self.configs[i], extra={
                 **r.extra, "device": device.label, "node": device.node_id}))
         return out

@@ -59,6 +59,21 @@ class Reference:
         return self._cache[workload.key]
 
 
+# A kernel's checked first run is cold (freshly mapped buffers, parked pool threads). Measured on
+# a 2-core znver4 with random configs of matmul (32^3 to 256^3) and conv2d C1/C6, 1 and 2
+# threads: first runs of a millisecond or more took at most 1.5x their warm median, runs of
+# microseconds up to 40x (a fixed cost of tens of microseconds). So the first run alone stops a
+# kernel only past COLD_MARGIN x the bound, and only once it lasts a sample's length
+# (``min_repeat_ms``): a shorter one saves little by stopping.
+COLD_MARGIN = 2.0
+
+
+def cold_run_lost(first: float, opts) -> bool:
+    """Whether the checked first run alone shows the kernel surely slower than the bound."""
+    return (opts.stop_slower_than > 0 and first > COLD_MARGIN * opts.stop_slower_than
+            and first >= opts.min_repeat_ms / 1e3)
+
+
 def run_job(runtime, reference: Reference, workload, program, binary, opts) -> RunResult:
     """Load one kernel, run it once and check it, then time it. Checked: the output against
     NumPy (it starts NaN-filled), the canaries around every buffer, the inputs (unchanged).
@@ -91,6 +106,9 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> R
                             f"max relative error {err:.3g} > {tolerance(workload):.3g}"
                             + (f"; {unwritten} of {out.size} outputs never written (NaN)"
                                if unwritten else ""))
+        if cold_run_lost(first, opts):
+            return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0,
+                             early_stop=True)
         if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
             return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0)
         number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))

@@ -1,0 +1,160 @@
+"""Don't time what has lost, inside a batch too: with ``early_stop`` = r, a kernel timed after a
+faster one of the same batch stops once surely over r times that one's median (flagged, a real
+sample, fewer samples), and a checked first run far over the bound is the only sample."""
+import json
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import tensorgym  # noqa: F401  (registers the envs)
+from tensorgym.errors import TensorGymError
+from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions, stop_bound
+from tensorgym.hardware.worker import COLD_MARGIN, KernelWorker, cold_run_lost
+from tensorgym.templates import default_config, space_for
+from tensorgym.workloads import matmul
+
+W = matmul(128, 128, 128)
+OPTIONS = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1)
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    m = Measurer("cpu", OPTIONS, num_threads=1)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def fast_slow(measurer):
+    """(fast, slow) configs, each measured in full: the fastest and the slowest of the default
+    and 8 random configs, verified at least 5x apart (so 2x bounds separate them with room)."""
+    configs = [default_config(W, "cpu"), *space_for(W, "cpu").sample(np.random.default_rng(0), 8)]
+    results = [r for r in measurer.measure(W, configs) if r.ok]
+    fast = min(results, key=lambda r: r.median)
+    slow = max(results, key=lambda r: r.median)
+    assert slow.median > 5 * fast.median, [r.median for r in results]
+    return fast, slow
+
+
+def test_a_slow_kernel_after_a_fast_one_stops_early_with_a_real_time(measurer, fast_slow):
+    fast, slow = fast_slow
+    f, s = measurer.measure(W, [fast.config, slow.config], early_stop=2)
+    assert f.ok and "early_stop" not in f.extra and len(f.costs) == OPTIONS.repeat
+    assert s.ok and s.extra["early_stop"] and len(s.costs) < OPTIONS.repeat
+    assert min(s.costs) > 2 * f.median  # a real sample, past the bound the fast one set
+    assert s.gflops < f.gflops / 2
+
+
+def test_without_early_stop_or_before_any_faster_kernel_nobody_stops(measurer, fast_slow):
+    fast, slow = fast_slow
+    for r in measurer.measure(W, [fast.config, slow.config], early_stop=0):
+        assert r.ok and "early_stop" not in r.extra and len(r.costs) == OPTIONS.repeat
+    for r in measurer.measure(W, [slow.config, fast.config], early_stop=2):  # slow comes first
+        assert r.ok and "early_stop" not in r.extra and len(r.costs) == OPTIONS.repeat
+
+
+def test_the_fixed_bound_still_applies_and_a_stopped_kernel_sets_no_bound(measurer, fast_slow):
+    fast, slow = fast_slow
+    # every kernel is over the fixed bound: all stop, none of them tightens it
+    for r in measurer.measure(W, [fast.config, slow.config], stop_slower_than=1e-12,
+                              early_stop=2):
+        assert r.ok and r.extra["early_stop"] and len(r.costs) == 1
+    assert stop_bound(0.0, 0.0, 1.0) == 0.0
+    assert stop_bound(5.0, 0.0, 1.0) == 5.0
+    assert stop_bound(0.0, 3.0, float("inf")) == 0.0  # nothing timed in full yet
+    assert stop_bound(0.0, 3.0, 1.0) == 3.0
+    assert stop_bound(2.0, 3.0, 1.0) == 2.0 and stop_bound(5.0, 3.0, 1.0) == 3.0
+    with pytest.raises(TensorGymError, match="early_stop"):
+        measurer.measure(W, [fast.config], early_stop=0.5)
+
+
+def test_duplicates_share_the_stopped_result(measurer, fast_slow):
+    fast, slow = fast_slow
+    f, s, again = measurer.measure(W, [fast.config, slow.config, slow.config], early_stop=2)
+    assert s.extra["early_stop"] and again.extra["early_stop"]
+    assert again.costs == s.costs and again.extra["same_kernel_as"] == slow.config.index
+
+
+def test_a_retake_after_drift_starts_its_bound_afresh_and_stops_the_same(fast_slow):
+    fast, slow = fast_slow
+    # A tolerance below zero makes every phase count as drifting: the re-take runs for real.
+    m = Measurer("cpu", MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1,
+                                       drift_tolerance=-1.0), num_threads=1)
+    try:
+        f, s = m.measure(W, [fast.config, slow.config], early_stop=2)
+        assert len(m._drift.history) == 4  # the batch was timed twice
+        assert f.ok and "early_stop" not in f.extra and f.extra["drift"] > 0
+        assert s.ok and s.extra["early_stop"] and s.extra["drift"] > 0
+    finally:
+        m.close()
+
+
+def test_a_checked_first_run_far_over_the_bound_is_the_only_sample(fast_slow):
+    _, slow = fast_slow
+    b = Builder("cpu", {"num_threads": 1}).build(W, slow.config)
+    worker = KernelWorker("cpu", {"num_threads": 1}, 0)
+    # the first run (about a millisecond or more) is past a sample's length: it alone decides
+    cold = worker.run(W, b.program, b.binary,
+                      MeasureOptions(min_repeat_ms=0.05, stop_slower_than=1e-9))
+    assert cold.ok and cold.early_stop and cold.costs and len(cold.costs) == 1
+    assert cold.number == 1
+    # a first run shorter than a sample: one sample of many runs decides instead
+    sampled = worker.run(W, b.program, b.binary,
+                         MeasureOptions(min_repeat_ms=50, stop_slower_than=1e-9))
+    assert sampled.ok and sampled.early_stop and len(sampled.costs) == 1 and sampled.number > 1
+    opts = MeasureOptions(min_repeat_ms=1, stop_slower_than=0.01)
+    assert cold_run_lost(COLD_MARGIN * 0.01 * 1.01, opts)
+    assert not cold_run_lost(COLD_MARGIN * 0.01 * 0.99, opts)  # within the cold run's margin
+    assert not cold_run_lost(1.0, MeasureOptions(min_repeat_ms=1))  # no bound
+    assert not cold_run_lost(5e-4, MeasureOptions(min_repeat_ms=1, stop_slower_than=1e-6))
+
+
+def test_the_env_stops_within_its_first_batch_and_says_so(tmp_path, measurer, fast_slow):
+    fast, slow = fast_slow
+    env = gym.make("TensorSched-v0", workload=W, target="cpu", records=str(tmp_path / "r.db"),
+                   measurer=measurer, budget=8, early_stop=2)
+    u = env.unwrapped
+    env.reset(seed=0)
+    f, s = u.measure([fast.config, slow.config])  # no best yet: the fast one bounds the slow
+    assert not f.extra.get("early_stop") and s.extra["early_stop"]
+    assert u.best.config == fast.config and s.gflops < u.best.gflops
+    record = u.records.lookup(W.key, "cpu", u.device, slow.config.to_json())
+    assert record is not None and tuple(record.costs) == s.costs
+    assert json.loads(record.options)["result"]["early_stop"]
+    _, _, _, _, info = env.step(np.array(slow.config.choices))
+    assert info["early_stop"] and info["gflops"] < info["best_gflops"]
+    env.close()
+    off = gym.make("TensorSched-v0", workload=W, target="cpu", records=False,
+                   measurer=measurer, early_stop=0).unwrapped
+    assert not any(r.extra.get("early_stop") for r in off.measure([fast.config, slow.config]))
+
+
+def test_on_ray_a_stopped_kernel_is_past_the_bound_of_the_fastest(fast_slow):
+    """Ray times chunks as their builds come back, in no fixed order: what holds is that every
+    stopped kernel is surely over twice the fastest kernel of the batch timed in full."""
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'tensorgym[ray]'")
+    from .proc_tree import descendants, survivors
+
+    fast, slow = fast_slow
+    before = descendants(os.getpid())
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+             log_to_driver=False)
+    try:
+        m = Measurer("cpu", OPTIONS, runner="ray", num_threads=1)
+        try:
+            stopped = m.measure(W, [fast.config, slow.config, slow.config], early_stop=2)
+            full = m.measure(W, [fast.config, slow.config], early_stop=0)
+        finally:
+            m.close()
+    finally:
+        seen = descendants(os.getpid()) - before
+        ray.shutdown()
+        assert survivors(seen, within=20) == []
+    assert all(r.ok for r in stopped + full)
+    fastest = min(r.median for r in stopped if not r.extra.get("early_stop"))
+    assert all(min(r.costs) > 2 * fastest and len(r.costs) < OPTIONS.repeat
+               for r in stopped if r.extra.get("early_stop"))
+    assert not stopped[0].extra.get("early_stop")  # the fastest kernel is never stopped
+    assert not any(r.extra.get("early_stop") for r in full)
