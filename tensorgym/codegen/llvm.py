@@ -2,8 +2,9 @@
 
 * ``vectorized`` loops become LLVM vector operations: an access whose flattened index has stride
   1 in the loop variable is one vector load/store, stride 0 is a broadcast, anything else is a
-  per-lane gather/scatter. (LLVM's gather/scatter intrinsics compile 3-10x faster, but as
-  vgatherdps/vscatterdps two C6 kernels ran 10% and 32% slower on a Zen 4.) Loads under a
+  per-lane gather, or a scatter in a loop over the lanes (:meth:`_Emitter.scatter`). (LLVM's
+  gather/scatter intrinsics compile 3-10x faster, but as vgatherdps/vscatterdps two C6 kernels
+  ran 10% and 32% slower on a Zen 4.) Loads under a
   ``Select`` condition become masked loads, so padding that is inlined never touches memory
   outside its buffer.
 * ``unrolled`` loops are emitted once per iteration with the variable a constant.
@@ -82,6 +83,7 @@ class _Function:
         self.name = name
         self.params = params
         self.allocas: list[str] = []
+        self.lane_slots: dict[str, tuple[str, str]] = {}  # vector type -> scatter's stack slots
         self.blocks: dict[str, list[str]] = {}
         self.n = 0
         self.block = self.new_block("body")
@@ -389,12 +391,43 @@ class _Emitter:
             ptr = self._gep(base, self.uniform_index(flat, sc), sc)
             sc.do(f"store {value}, ptr {ptr.ref}, align 4")
             sc.mem.stored(s.buffer, self._address(flat, sc), value, sc.cur)
-        else:  # scatter lane by lane (lanes of a stride-0 store overwrite in order)
-            idx = self.broadcast(self.index(flat, sc), sc)
-            for lane in range(sc.width):
-                ptr = self._gep(base, self._extract(idx, lane, sc), sc)
-                sc.do(f"store {self._extract(value, lane, sc)}, ptr {ptr.ref}")
+        else:
+            self.scatter(base, self.broadcast(self.index(flat, sc), sc), value, sc)
             sc.mem.stored(s.buffer, None, value, sc.cur)
+
+    def scatter(self, base: str, idx: _V, value: _V, sc: _Scope) -> None:
+        """Store each lane of ``value`` at its index (lanes that share one are stored in lane
+        order), in a loop over the lanes: a register tile copied out to a layout whose lanes are
+        not contiguous (output channels in the lanes of an NCHW output) is hundreds of
+        scatters, and as straight-line code one basic block of tens of thousands of
+        instructions, which LLVM's machine scheduler takes seconds over (quadratic in a block)."""
+        fn, width = sc.fn, sc.width
+        slots = fn.lane_slots.get(value.ty)  # one pair per function and width, reused
+        if slots is None:
+            slots = fn.lane_slots[value.ty] = (f"%lanes.v{width}", f"%lanes.i{width}")
+            fn.allocas.append(f"  {slots[0]} = alloca {value.ty}, align 64")
+            fn.allocas.append(f"  {slots[1]} = alloca {idx.ty}, align 64")
+        vals, idxs = slots
+        sc.do(f"store {value}, ptr {vals}, align 64")
+        sc.do(f"store {idx}, ptr {idxs}, align 64")
+        pre = fn.block
+        head, loop, done = (fn.new_block(f"lane.{part}") for part in ("head", "loop", "done"))
+        sc.branch(f"br label %{head}")
+        lane, nxt = _V("i64", fn.fresh()), fn.fresh()
+        sc.goto(loop)
+        v_ptr = sc.emit(f"getelementptr inbounds float, ptr {vals}, {lane}", "ptr")
+        i_ptr = sc.emit(f"getelementptr inbounds i64, ptr {idxs}, {lane}", "ptr")
+        v = sc.emit(f"load float, ptr {v_ptr.ref}", "float")
+        i = sc.emit(f"load i64, ptr {i_ptr.ref}", "i64")
+        sc.do(f"store {v}, ptr {self._gep(base, i, sc).ref}")
+        sc.do(f"{nxt} = add nuw nsw i64 {lane.ref}, 1")
+        sc.branch(f"br label %{head}")
+        cond = fn.fresh()
+        fn.blocks[head].extend([
+            f"  {lane.ref} = phi i64 [0, %{pre}], [{nxt}, %{loop}]",
+            f"  {cond} = icmp slt i64 {lane.ref}, {width}",
+            f"  br i1 {cond}, label %{loop}, label %{done}"])
+        sc.goto(done)
 
     def _address(self, flat: A.Expr, sc: _Scope) -> "_Key | None":
         """``flat`` as (symbolic terms, constant, lanes) with the current loop values: the terms
