@@ -435,3 +435,24 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="unknown loop kind"):
         context_matrix(_gpu_like_program(("blockIdx.x", "warp", "vthread")))
     assert set(FEATURE_MODES) == {"relation", "context", "config", "ast"}
+
+
+def test_fast_rows_split_by_loop_order_over_a_helper_are_the_same():
+    """The fast path's work split by loop order over a helper process (n_jobs=2) gives the
+    rows of one process, in order, and the helper really ran."""
+    from tensorgym.features import Featurizer
+
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=160, seed=11)
+    assert len({tuple(c.values["reorder"]) for c in configs}) >= 3
+    f = Featurizer()
+    try:
+        for mode in ("relation", "context"):
+            f.clear()
+            serial = f.featurize(w, configs, mode, n_jobs=1)
+            f.clear()
+            split = f.featurize(w, configs, mode, n_jobs=2)
+            np.testing.assert_array_equal(serial, split)
+        assert f.helpers.pool is not None and f.helpers.pool.children[0].alive
+    finally:
+        f.close()

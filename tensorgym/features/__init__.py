@@ -37,7 +37,7 @@ from .context import (CONTEXT_NAMES, KIND_NAMES, N_CONTEXT, N_PROGRAM, PROGRAM_N
                       ProgramSummary, context_matrix, summarize)
 from .fast import fast_rows, worthwhile
 from .nest import Unsupported
-from .parallel import HelperPool, default_jobs, split_rows
+from .parallel import HelperPool, default_jobs, split_groups, split_rows
 from .relation import N_RELATION, RELATION_NAMES, RELATION_PAIRS, THRESHOLDS, relation_features
 
 FEATURE_MODES = ("relation", "context", "config", "ast")
@@ -215,7 +215,10 @@ class Featurizer:
             rows = None
             if fast and worthwhile(workload, name, mode, len(batch)):
                 try:
-                    rows = fast_rows(workload, batch, mode, MAX_LOOPS)
+                    rows = split_groups(
+                        lambda cs: fast_rows(workload, cs, mode, MAX_LOOPS),
+                        lambda child, cs: child.send("fast_rows", workload, cs, mode, MAX_LOOPS),
+                        batch, _loop_order, n_jobs, self.helpers)
                 except Unsupported:  # knob values the template's nest does not model: lower them
                     pass
             if rows is None:
@@ -254,6 +257,12 @@ def _check_config(workload: Workload, config: Config) -> None:
             config.space_name.split("/")[0] != workload.op:
         raise ValueError(f"config of space {key or config.space_name} does not fit "
                          f"{workload.label}")
+
+
+def _loop_order(config: Config) -> "tuple | None":
+    """The fast path analyses each loop order (``reorder``) once: the unit its work splits by."""
+    order = config.values.get("reorder")
+    return tuple(order) if order is not None else None
 
 
 def _template_of(config: Config) -> str:

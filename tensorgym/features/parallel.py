@@ -5,6 +5,11 @@ config is about a millisecond of pure Python, so a batch of missing rows is spli
 helper processes (``Child``: started with ``python -m``, so they never re-import the caller's
 ``__main__``, and they die with it); the caller computes one share itself. Rows are pure
 functions of (workload, config), so the split changes nothing but the time.
+
+The fast path (``fast.py``) is split too, by loop order (``split_groups``): each order is one
+analysis of a few milliseconds whatever its number of configs, so the annealer's calls of ~128
+configs in 4 orders cost half as much on two cores. While a tuner anneals, its builders and
+measurement worker are idle, so the second core is free.
 """
 from __future__ import annotations
 
@@ -30,7 +35,19 @@ class FeatureServer:
     def rows(self, workload, configs: Sequence, mode: str) -> np.ndarray:
         from . import featurize  # noqa: PLC0415
 
-        return featurize(workload, configs, mode, fast=False)  # only lowering is split
+        return featurize(workload, configs, mode, fast=False)
+
+    def fast_rows(self, workload, configs: Sequence, mode: str,
+                  max_loops: int) -> "np.ndarray | None":
+        """The fast path's rows; None where it does not model the configs (the caller then
+        lowers them)."""
+        from .fast import fast_rows  # noqa: PLC0415
+        from .nest import Unsupported  # noqa: PLC0415
+
+        try:
+            return fast_rows(workload, configs, mode, max_loops)
+        except Unsupported:
+            return None
 
 
 class HelperPool:
@@ -50,6 +67,46 @@ class HelperPool:
         if self.pool is not None:
             self.pool.close()
         self.pool = None
+
+
+MIN_CONFIGS_PER_GROUP_JOB = 48  # fewer: the hand-off costs about what it saves
+
+
+def split_groups(compute: Callable[[Sequence], np.ndarray], remote: Callable[[Child, Sequence], None],
+                 configs: Sequence, key: Callable, n_jobs: int,
+                 helpers: HelperPool) -> np.ndarray:
+    """Rows of ``configs`` computed by ``compute`` here for some groups (by ``key``) of configs,
+    and by one helper for the others (``remote(child, configs)`` sends it the job): whole groups,
+    about half the configs each side."""
+    groups: dict = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(key(c), []).append(i)
+    if n_jobs < 2 or len(groups) < 2 or len(configs) < 2 * MIN_CONFIGS_PER_GROUP_JOB:
+        return compute(configs)
+    theirs: list[int] = []
+    for idx in sorted(groups.values(), key=len, reverse=True):
+        if len(theirs) + len(idx) <= len(configs) / 2:
+            theirs += idx
+    if not theirs or len(theirs) == len(configs):
+        return compute(configs)
+    mine = sorted(set(range(len(configs))) - set(theirs))
+    try:
+        child = helpers.children(1)[0]
+        if not child.alive:
+            ChildPool._start([child])
+        remote(child, [configs[i] for i in theirs])
+        rows_mine = compute([configs[i] for i in mine])
+        rows_theirs = child.result()
+        if rows_theirs is None:  # the helper could not compute its share: all of it here
+            return compute(configs)
+    except (ChildDied, ChildError) as e:  # a helper died (killed, out of memory): finish here
+        helpers.close()
+        warnings.warn(f"a feature helper process failed ({e}); featurizing in this process",
+                      RuntimeWarning, stacklevel=2)
+        return compute(configs)
+    out = np.empty((len(configs), rows_mine.shape[1]), rows_mine.dtype)
+    out[mine], out[theirs] = rows_mine, rows_theirs
+    return out
 
 
 def split_rows(compute: Callable[[Sequence], np.ndarray], workload, configs: Sequence,
