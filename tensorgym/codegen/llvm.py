@@ -313,16 +313,25 @@ class _Emitter:
         sc.env.pop(s.var, None)
 
     def serial(self, var: A.LoopVar, begin: _V, end: _V, body: A.Stmt, sc: _Scope) -> None:
+        def emit_body(i: _V) -> None:
+            sc.env[var] = i
+            sc.cse.append({})
+            self.stmt(body, sc)
+            sc.cse.pop()
+
+        self._counted_loop(var.name, begin, end, emit_body, sc)
+
+    @staticmethod
+    def _counted_loop(hint: str, begin: _V, end: _V, emit_body, sc: _Scope) -> None:
+        """``for i in range(begin, end)``: head, body and exit blocks; ``emit_body(i)`` writes
+        the body into the current block."""
         fn = sc.fn
         pre = fn.block
-        head, loop, done = (fn.new_block(f"{var.name}.{part}") for part in ("head", "loop", "done"))
+        head, loop, done = (fn.new_block(f"{hint}.{part}") for part in ("head", "loop", "done"))
         sc.branch(f"br label %{head}")
         i = _V("i64", fn.fresh())
         sc.goto(loop)
-        sc.env[var] = i
-        sc.cse.append({})
-        self.stmt(body, sc)
-        sc.cse.pop()
+        emit_body(i)
         nxt = sc.emit(f"add nsw i64 {i.ref}, 1", "i64")
         latch = fn.block
         sc.branch(f"br label %{head}")
@@ -410,24 +419,14 @@ class _Emitter:
         vals, idxs = slots
         sc.do(f"store {value}, ptr {vals}, align 64")
         sc.do(f"store {idx}, ptr {idxs}, align 64")
-        pre = fn.block
-        head, loop, done = (fn.new_block(f"lane.{part}") for part in ("head", "loop", "done"))
-        sc.branch(f"br label %{head}")
-        lane, nxt = _V("i64", fn.fresh()), fn.fresh()
-        sc.goto(loop)
-        v_ptr = sc.emit(f"getelementptr inbounds float, ptr {vals}, {lane}", "ptr")
-        i_ptr = sc.emit(f"getelementptr inbounds i64, ptr {idxs}, {lane}", "ptr")
-        v = sc.emit(f"load float, ptr {v_ptr.ref}", "float")
-        i = sc.emit(f"load i64, ptr {i_ptr.ref}", "i64")
-        sc.do(f"store {v}, ptr {self._gep(base, i, sc).ref}")
-        sc.do(f"{nxt} = add nuw nsw i64 {lane.ref}, 1")
-        sc.branch(f"br label %{head}")
-        cond = fn.fresh()
-        fn.blocks[head].extend([
-            f"  {lane.ref} = phi i64 [0, %{pre}], [{nxt}, %{loop}]",
-            f"  {cond} = icmp slt i64 {lane.ref}, {width}",
-            f"  br i1 {cond}, label %{loop}, label %{done}"])
-        sc.goto(done)
+        def emit_lane(lane: _V) -> None:
+            v_ptr = sc.emit(f"getelementptr inbounds float, ptr {vals}, {lane}", "ptr")
+            i_ptr = sc.emit(f"getelementptr inbounds i64, ptr {idxs}, {lane}", "ptr")
+            v = sc.emit(f"load float, ptr {v_ptr.ref}", "float")
+            i = sc.emit(f"load i64, ptr {i_ptr.ref}", "i64")
+            sc.do(f"store {v}, ptr {self._gep(base, i, sc).ref}")
+
+        self._counted_loop("lane", _ZERO, _i64(width), emit_lane, sc)
 
     def _address(self, flat: A.Expr, sc: _Scope) -> "_Key | None":
         """``flat`` as (symbolic terms, constant, lanes) with the current loop values: the terms
