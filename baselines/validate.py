@@ -7,7 +7,9 @@ from the best's re-measured runtimes. Then its best config is re-measured on thi
 this machine's thread count, or ``threads``) and the median of the new samples is compared with
 the claimed median: the larger of the reported and the search-time figure must be reached within
 ``tolerance``. Contention on a shared machine only slows a kernel down, so a claim that fails is
-re-measured up to ``attempts`` times; a doctored claim fails every attempt.
+re-measured up to ``attempts`` times, the attempts spread over a few seconds (``retry_wait``): a
+slow phase of these machines often lasts longer than one attempt. A doctored claim fails every
+attempt.
 
 A replay-track entry (``Run.track``) claims only its best's live re-measurement: its search
 figures are answers from a dataset (recorded samples, or a surrogate's guess), never checked as
@@ -25,6 +27,7 @@ import json
 import math
 import re
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -201,7 +204,9 @@ def _check(c: Check, run: Run, e: Entry, tolerance: float, repeats: int, threads
     if e.target not in measurers:
         measurers[e.target] = Measurer(e.target, **runtime_options(e.target, threads))
     w = get_workload(e.workload)
-    for _ in range(attempts):
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(retry_wait(attempt))
         costs, err = remeasure(w, e.target, e.best.config, repeats, measurers[e.target])
         if err:
             c.status, c.note = "error", err
@@ -212,6 +217,13 @@ def _check(c: Check, run: Run, e: Entry, tolerance: float, repeats: int, threads
     if not foreign:
         c.status = "ok" if c.measured_gflops >= (1 - tolerance) * c.claimed_gflops \
             else "NOT REPRODUCED"
+
+
+def retry_wait(attempt: int) -> float:
+    """Seconds to wait before re-measuring attempt ``attempt`` (1, 2, ...): 0.25, 0.5, 1, 2, 2...
+    On these VMs a slowdown of a small kernel by up to 2x lasts from tens of milliseconds to a
+    second or so; back-to-back attempts could all fall into one."""
+    return min(2.0, 0.25 * 2 ** (attempt - 1))
 
 
 def passed(checks: list[Check], allow_skip: bool = False) -> bool:
