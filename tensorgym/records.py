@@ -67,8 +67,8 @@ _INSERT = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 
 COLUMNS = tuple(_COLUMNS.split(", "))  # a record's values, as ``Records.check`` takes them
 _COLUMNS_V1 = _COLUMNS.replace(", options", ", '' AS options")
 #: ``MeasureResult.extra`` entries kept in a record's options (JSON-serializable, about the result)
-RESULT_FLAGS = ("early_stop", "confirmed", "drift", "compile_cache", "compile", "same_kernel_as",
-                "screened_costs")
+RESULT_FLAGS = ("early_stop", "unchecked", "confirmed", "drift", "compile_cache", "compile",
+                "same_kernel_as", "screened_costs")
 #: ``extra["source"]`` of results that are not measurements: they are never written
 NOT_MEASURED = ("recorded", "surrogate")
 

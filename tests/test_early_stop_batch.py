@@ -158,3 +158,34 @@ def test_on_ray_a_stopped_kernel_is_past_the_bound_of_the_fastest(fast_slow):
                for r in stopped if r.extra.get("early_stop"))
     assert not stopped[0].extra.get("early_stop")  # the fastest kernel is never stopped
     assert not any(r.extra.get("early_stop") for r in full)
+
+
+def test_a_first_run_long_past_its_bound_is_stopped_by_a_new_worker(monkeypatch):
+    """The first run of a 1024^3 matmul on one thread takes tens of milliseconds; stopped after
+    5 ms it is a flagged, unchecked lower bound, the worker is replaced and measures on; from
+    then on a spare worker, started with the next batch's builds, takes the place of the next."""
+    import tensorgym.hardware.measure as measure
+    from .proc_tree import descendants, survivors
+
+    monkeypatch.setattr(measure, "first_run_limit", lambda opts: 0.005 if
+                        opts.stop_slower_than else 0.0)
+    big = matmul(1024, 1024, 1024)
+    m = Measurer("cpu", OPTIONS, num_threads=1)
+    try:
+        (small,) = m.measure(W, [default_config(W, "cpu")])
+        first_worker = m._worker.proc.pid
+        (r,) = m.measure(big, [default_config(big, "cpu")], stop_slower_than=1e-6)
+        assert r.ok and r.extra["early_stop"] and r.extra["unchecked"] and len(r.costs) == 1
+        assert r.costs[0] >= 0.005
+        assert first_worker not in descendants(os.getpid())  # killed, and reaped
+        (small,) = m.measure(W, [default_config(W, "cpu")])  # a new worker times the next one
+        assert small.ok and "unchecked" not in small.extra and len(small.costs) == OPTIONS.repeat
+        (again,) = m.measure(big, [default_config(big, "cpu")])  # no bound: never stopped
+        assert again.ok and "early_stop" not in again.extra and again.median > 0.005
+        spare = m._spare.proc.pid
+        (r,) = m.measure(big, [default_config(big, "cpu")], stop_slower_than=1e-6)
+        assert r.extra["unchecked"] and m._worker.proc.pid == spare and m._spare is None
+        ours = {c.proc.pid for c in (m._worker, *m._builders.children) if c.proc}
+    finally:
+        m.close()
+    assert survivors(ours, within=10) == []

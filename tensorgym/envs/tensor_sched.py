@@ -124,6 +124,9 @@ class TensorSchedEnv(gym.Env):
     (cold) first run alone is over twice that bound keeps that run as its one sample
     (``worker.cold_run_lost``). Its time is a real sample, from fewer samples, flagged
     ``info["early_stop"]``; rewards treat it like any time (it is far from the best either way).
+    A first run that goes on past that and past ``worker.KILL_AFTER_S`` is stopped by replacing
+    the worker: its time is the seconds it had run, a lower bound, and since its output was never
+    compared with NumPy it is flagged ``info["unchecked"]`` too.
     ``info["drift"]`` flags a measurement taken while the machine's speed moved (see
     ``MeasureOptions.calibrate``).
 
@@ -533,7 +536,8 @@ class TensorSchedEnv(gym.Env):
                 "trials": self.trials, "cached": r.cached,
                 "build_time": r.build_time, "run_time": r.run_time, "cv": r.cv,
                 "confirmed": bool(r.extra.get("confirmed")),
-                "early_stop": bool(r.extra.get("early_stop")), "drift": r.extra.get("drift"),
+                "early_stop": bool(r.extra.get("early_stop")),
+                "unchecked": bool(r.extra.get("unchecked")), "drift": r.extra.get("drift"),
                 "source": r.extra.get("source") or ("recorded" if r.cached else "measured"),
                 "virtual_time": self.virtual_time}
 

@@ -5,6 +5,10 @@ multiprocessing's ``spawn`` re-imports the caller's ``__main__``, so a plain scr
 ``python -m tensorgym.hardware.child FD``: it imports only tensorgym, builds one server object
 from a picklable factory, and answers ``(method, args)`` calls over a pipe.
 
+During a call, a server may report progress: ``serve`` gives a server that has a ``notify``
+attribute a function that sends a note to the parent, where ``Child.progress`` collects the notes
+of the call in flight (``poll`` waits for the answer without taking it).
+
 It dies with its parent: its stdin is a pipe that only the parent holds, and a thread in the child
 exits the process when that pipe reaches end-of-file, which happens however the parent ends (a
 ``kill -9`` included) and even while the child's main thread is stuck in a kernel (ctypes and the
@@ -48,6 +52,8 @@ class Child:
         self.conn: Optional[Connection] = None
         self.calls = 0  # calls answered since the last start
         self.busy = False
+        self.progress: list[tuple[float, Any]] = []  # (time.monotonic() received, note)
+        self._answer: Optional[tuple] = None  # seen by ``poll``, not yet taken by ``result``
         self.owner = os.getpid()
 
     @property
@@ -59,7 +65,8 @@ class Child:
         self.handshake(timeout)
 
     def spawn(self) -> None:
-        """Start the process; ``handshake`` waits for it (so a pool starts its children at once)."""
+        """Start the process and send it what to serve; ``handshake`` waits until it serves (so
+        a pool starts its children at once, and a spare starts ahead of its use)."""
         self.kill()
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
@@ -74,11 +81,15 @@ class Child:
         self.conn = Connection(ours.detach())
         self.owner = os.getpid()
         self.busy = False
-
-    def handshake(self, timeout: float = 120.0) -> None:
+        self._answer = None
         try:
             self.conn.send(list(sys.path))  # first, so the factory unpickles as it would here
             self.conn.send((self.factory, self.args))
+        except OSError:
+            pass  # it died at once: the handshake says so
+
+    def handshake(self, timeout: float = 120.0) -> None:
+        try:
             status, value = self._recv(timeout)
         except (ChildDied, ChildTimeout, OSError) as e:
             self.kill()
@@ -92,6 +103,7 @@ class Child:
         """Start a call; ``result`` collects it (lets a pool keep several children busy)."""
         if not self.alive:
             self.start()
+        self.progress, self._answer = [], None
         try:
             self.conn.send((method, args))
         except OSError as e:
@@ -116,19 +128,48 @@ class Child:
         self.send(method, *args)
         return self.result(timeout)
 
-    def _recv(self, timeout: Optional[float]) -> tuple:
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Wait up to ``timeout`` seconds for the next message of the call in flight: True for
+        its answer (or the child's death: ``result`` says so), False for a progress note (kept in
+        ``progress``) or for none."""
+        if self._answer is not None:
+            return True
         try:
             if not self.conn.poll(timeout):
-                raise ChildTimeout(f"the {self.name} process gave no answer within {timeout:g} s")
-            return self.conn.recv()
+                return False
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            return True
+        if message[0] == "progress":
+            self.progress.append((time.monotonic(), message[1]))
+            return False
+        self._answer = message
+        return True
+
+    def _recv(self, timeout: Optional[float]) -> tuple:
+        end = None if timeout is None else time.monotonic() + timeout
+        try:
+            while self._answer is None:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                if not self.conn.poll(left):
+                    raise ChildTimeout(f"the {self.name} process gave no answer within "
+                                       f"{timeout:g} s")
+                message = self.conn.recv()
+                if message[0] == "progress":
+                    self.progress.append((time.monotonic(), message[1]))
+                else:
+                    self._answer = message
         except (EOFError, OSError):
             code = self.proc.wait(5) if self.proc is not None else None
             raise ChildDied(f"the {self.name} process died (exit code {code})") from None
+        answer, self._answer = self._answer, None
+        return answer
 
     def kill(self) -> None:
         proc, conn = self.proc, self.conn
         self.proc = self.conn = None
         self.busy = False
+        self._answer = None
         if proc is not None and self.owner != os.getpid():
             return  # a forked copy of the owner: the process is not ours to end
         if conn is not None:
@@ -185,7 +226,7 @@ class ChildPool:
                 if deadline is not None and now >= deadline:
                     child.kill()
                     out[i] = (False, ChildTimeout(f"no answer within {timeout:g} s"))
-                elif child.conn in ready:
+                elif child.conn in ready and child.poll(0):  # an answer, not a progress note
                     try:
                         out[i] = (True, child.result(0))
                     except (ChildError, ChildDied, ChildTimeout) as e:
@@ -236,6 +277,8 @@ def serve(conn: Connection) -> None:
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
         return
+    if hasattr(server, "notify"):
+        server.notify = lambda note: conn.send(("progress", note))
     conn.send(("ok", None))
     while True:
         try:

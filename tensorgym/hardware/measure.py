@@ -7,6 +7,9 @@ kernel whose first run already takes ``slow_run_s`` is reported with that one sa
 from the best anyway, and timing it again would cost a tuner seconds per trial. A bound
 (``stop_slower_than``, lowered within a batch by ``early_stop`` times the batch's fastest so far)
 stops the timing of a kernel that has surely lost: flagged ``extra["early_stop"]``, fewer samples.
+A first run that goes on long past the bound (``worker.first_run_limit``) is stopped by killing
+the worker: one sample, the seconds it had run (a lower bound), flagged ``extra["unchecked"]``
+too, since its output was never compared with NumPy.
 The statistic reported is the median of the samples (``MeasureResult.median``); every sample is
 kept in ``costs``.
 """
@@ -35,7 +38,7 @@ from .drift import DriftMonitor, calibration_workload
 from .host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
-from .worker import KernelWorker
+from .worker import KernelWorker, first_run_limit
 
 
 @dataclass(frozen=True)
@@ -193,8 +196,9 @@ class Measurer:
         # the driver of a Ray cluster needs no device of its own
         self.runtime = self.target_info.runtime(**runtime_kwargs) if self._ray is None else None
         self._builders: Optional[ChildPool] = None
-        self._worker = Child(KernelWorker, self.target, runtime_kwargs, self.options.seed,
-                             name="measurement worker")
+        self._worker = self._new_worker()
+        self._spare: Optional[Child] = None  # started ahead once a first run had to be stopped
+        self._want_spare = False
         self._host_lock = DeviceLock("host")
         self._timer_lock = DeviceLock(self.target_info.timer_key(runtime_kwargs))
         self._device: "str | None" = None
@@ -276,7 +280,13 @@ class Measurer:
         if not configs:
             return []
         opts = _stop_options(self.options, stop_slower_than, early_stop)
+        spare = self._want_spare and (self._spare is None or not self._spare.alive)
+        if spare:
+            self._spare = self._new_worker()
+            self._spare.spawn()  # it starts while the builders work
         builds = self._build_all("build", [(workload, c) for c in configs])
+        if spare:
+            self._start_spare()  # and never while a kernel is timed: its imports take a core
         return self._results(workload, list(configs), builds, opts)
 
     def measure_iter(self, workload: Workload, configs: Sequence[Config],
@@ -390,6 +400,8 @@ class Measurer:
         extra["timed"] = window  # (start, end) wall clock with the device to itself
         if r.early_stop:
             extra["early_stop"] = True
+        if r.unchecked:
+            extra["unchecked"] = True
         return MeasureResult(costs=r.costs, error=r.error, error_msg=r.error_msg,
                              run_time=r.run_time, extra=extra, **common)
 
@@ -411,7 +423,12 @@ class Measurer:
         worker = self._worker
         t0 = time.perf_counter()
         try:
-            return worker.call("run", workload, b.program, b.binary, opts, timeout=opts.timeout)
+            worker.send("run", workload, b.program, b.binary, opts)
+            lost = self._first_run_lost(opts)
+            if lost is not None:
+                self._replace_worker()
+                return lost
+            return worker.result(max(0.0, opts.timeout - (time.perf_counter() - t0)))
         except ChildTimeout:
             return RunResult(error=ErrorCode.RUN_TIMEOUT, run_time=opts.timeout,
                              error_msg=f"no result within {opts.timeout:g} s: the kernel hangs "
@@ -421,10 +438,55 @@ class Measurer:
             return RunResult(error=ErrorCode.RUNTIME_DEVICE, run_time=time.perf_counter() - t0,
                              error_msg=f"{e}: the kernel crashed"[-2000:])
 
+    def _new_worker(self) -> Child:
+        return Child(KernelWorker, self.target, self.runtime_kwargs, self.options.seed,
+                     name="measurement worker")
+
+    def _start_spare(self) -> None:
+        try:
+            self._spare.handshake()
+        except ChildDied:
+            self._spare = None
+
+    def _replace_worker(self) -> None:
+        """Kill the worker; the spare, if one was started, takes its place (a new one starts
+        on the next call otherwise), and from now on a spare is kept."""
+        self._worker.kill()
+        self._want_spare = True
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.alive:
+            self._worker = spare
+
+    def _first_run_lost(self, opts: MeasureOptions) -> Optional[RunResult]:
+        """While the worker runs a job: the result of stopping its kernel's first run, once that
+        has gone on past ``first_run_limit``; None when the job answered (or got past its first
+        run, or ran out of ``timeout``) first. The kernel ran at least the seconds given."""
+        limit = first_run_limit(opts)
+        if not limit:
+            return None
+        worker, end = self._worker, time.monotonic() + opts.timeout
+        while True:
+            notes = dict(note for _, note in worker.progress)
+            if "first_run_done" in notes:
+                return None
+            started = notes.get("first_run")
+            until = end if started is None else min(end, started + limit)
+            if worker.poll(max(0.0, until - time.monotonic())):
+                return None
+            now = time.monotonic()
+            if now >= end:
+                return None
+            if started is not None and now >= started + limit and not worker.poll(0) \
+                    and not any(n[0] == "first_run_done" for _, n in worker.progress):
+                return RunResult(costs=(now - started,), number=1, run_time=now - started,
+                                 early_stop=True, unchecked=True)
+
     def close(self) -> None:
         if self._ray is not None:
             self._ray.close()
         self._worker.kill()
+        if self._spare is not None:
+            self._spare.kill()
         if self._builders is not None:
             self._builders.close()
             self._builders = None

@@ -83,6 +83,7 @@ class RunResult:
     number: int = 0  # runs per sample (0: no sample taken)
     suspect: bool = False  # the job may have damaged the worker process: restart it
     early_stop: bool = False  # timing stopped once the kernel was surely slower than the bound
+    unchecked: bool = False  # stopped during its first run: a lower bound, never compared
 
     @property
     def ok(self) -> bool:

@@ -3,14 +3,17 @@ and times them, so a segfault or a hang in generated code kills only this proces
 
 Protocol: the parent calls ``KernelWorker.run(workload, program, binary, options)`` in a
 ``Child`` process and receives a ``RunResult``; where the job may have left the process damaged,
-its ``suspect`` is set (the parent then restarts the process).
+its ``suspect`` is set (the parent then restarts the process). During a job it notes the start
+and the end of the kernel's first run (``run_job``'s ``notify``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import traceback
+from typing import Callable
 
 import numpy as np
 
@@ -66,6 +69,9 @@ class Reference:
 # kernel only past COLD_MARGIN x the bound, and only once it lasts a sample's length
 # (``min_repeat_ms``): a shorter one saves little by stopping.
 COLD_MARGIN = 2.0
+# A first run that outlasts its bound that way is stopped from outside once it has run this long:
+# stopping it kills the worker, and a new one takes ~0.3 s to start (imports, inputs).
+KILL_AFTER_S = 0.25
 
 
 def cold_run_lost(first: float, opts) -> bool:
@@ -74,11 +80,24 @@ def cold_run_lost(first: float, opts) -> bool:
             and first >= opts.min_repeat_ms / 1e3)
 
 
-def run_job(runtime, reference: Reference, workload, program, binary, opts) -> RunResult:
+def first_run_limit(opts) -> float:
+    """Seconds after which the parent stops a kernel's first run by killing the worker (0:
+    never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S, since a
+    new worker costs about that much to start."""
+    if opts.stop_slower_than <= 0:
+        return 0.0
+    return max(COLD_MARGIN * opts.stop_slower_than, opts.min_repeat_ms / 1e3, KILL_AFTER_S)
+
+
+def run_job(runtime, reference: Reference, workload, program, binary, opts,
+            notify: "Callable[[tuple], None] | None" = None) -> RunResult:
     """Load one kernel, run it once and check it, then time it. Checked: the output against
     NumPy (it starts NaN-filled), the canaries around every buffer, the inputs (unchanged).
     ``suspect`` is set where the job may have damaged this process: a write out of bounds, a
-    runtime error, a wrong answer (the values it failed to write may have gone anywhere)."""
+    runtime error, a wrong answer (the values it failed to write may have gone anywhere).
+    ``notify`` hears ``("first_run", time.monotonic())`` as the first run starts and
+    ``("first_run_done", seconds)`` once it ended, so that the parent can stop a first run that
+    has lost (``first_run_limit``)."""
     t0 = time.perf_counter()
 
     def fail(code: ErrorCode, msg: str, suspect: bool = True) -> RunResult:
@@ -91,7 +110,11 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts) -> R
                     f"the {after}): " + "; ".join(damage)) if damage else None
 
     def measure() -> RunResult:
+        if notify is not None:
+            notify(("first_run", time.monotonic()))
         first = kernel.time(bufs, 1)  # warm-up; its output is the one checked
+        if notify is not None:
+            notify(("first_run_done", first))
         bad = guards("checked run")
         if bad:
             return bad
@@ -160,8 +183,14 @@ class KernelWorker:
     def __init__(self, target: str, runtime_kwargs: dict, seed: int) -> None:
         from .runtime import get_runtime
 
+        # libgomp reads this as it loads. Unbound, the threads of a new worker's first parallel
+        # kernels can share one core for a while (each run then waits out time slices: 8 ms
+        # instead of 60 us for the calibration kernel on 2 cores, after 0.2 s or more idle).
+        os.environ.setdefault("OMP_PROC_BIND", "true")
         self.runtime = get_runtime(target, **runtime_kwargs)
         self.reference = Reference(seed)
+        self.notify: "Callable[[tuple], None] | None" = None  # set by ``child.serve``
 
     def run(self, workload, program, binary, opts) -> RunResult:
-        return run_job(self.runtime, self.reference, workload, program, binary, opts)
+        return run_job(self.runtime, self.reference, workload, program, binary, opts,
+                       self.notify)
