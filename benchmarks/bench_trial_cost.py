@@ -48,10 +48,16 @@ def package_of(rev: str, into: Path) -> Path:
     src = into / "src"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(src), rev],
                    check=True, capture_output=True)
-    pkg = into / "pkg"
-    shutil.copytree(src / "tensorgym", pkg / "tensorgym")
+    return importable(src, into / "pkg")
+
+
+def importable(src: Path, pkg: Path) -> Path:
+    """``src``'s package copied to ``pkg`` as installed: later edits of ``src`` do not reach a
+    benchmark that is running."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(src / "tensorgym", pkg / "tensorgym", ignore=ignore)
     for sub in ("agents", "baselines"):
-        shutil.copytree(src / sub, pkg / "tensorgym" / sub)
+        shutil.copytree(src / sub, pkg / "tensorgym" / sub, ignore=ignore)
     return pkg
 
 
@@ -80,7 +86,8 @@ def main() -> None:
         args.seeds, args.tunes = [0], ["conv2d-C9:32"]
     tmp = Path(tempfile.mkdtemp(prefix="bench_trial_cost_"))
     try:
-        versions = {"before": package_of(args.base, tmp), "after": None}
+        versions = {"before": package_of(args.base, tmp),
+                    "after": importable(REPO, tmp / "this-tree")}
         rows = []
         for spec in args.tunes:
             name, trials = spec.rsplit(":", 1)

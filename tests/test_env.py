@@ -181,3 +181,18 @@ def test_ast_observation_mode(measurer, action_mode):
     assert 0 < n < AST_MAX_NODES and obs["parent"][0] == -1
     assert (obs["parent"][1:n] < np.arange(1, n)).all()  # pre-order: parents come first
     check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_reconfirm_times_the_top_configs_again_without_trials_or_records(measurer, tmp_path):
+    env = make(measurer, records=tmp_path / "db.sqlite")
+    u = env.unwrapped
+    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 5))
+    trials, n_records, timed = u.trials, len(u.records), u.meter.run
+    best = u.reconfirm(results + results[:2], top=2)  # duplicates count once
+    assert best.ok and best.extra["reconfirmed"] and best.extra["confirmed"] and u.best is best
+    top2 = {r.config.index for r in sorted(results, key=lambda r: -r.gflops)[:2]}
+    assert best.config.index in top2 and best.costs != next(
+        r.costs for r in results if r.config.index == best.config.index)  # new samples
+    assert u.trials == trials and len(u.records) == n_records and u.meter.run > timed
+    assert u.reconfirm([]) is None
+    env.close()
