@@ -57,7 +57,8 @@ def test_second_tune_reuses_and_measures_nothing_twice(capsys, tmp_path, agent):
     second = tune(capsys, db, "--agent", agent, "--trials", "6")  # same seed, same agent
     assert (second["trials"], second["reused"]) == (6, 6)
     assert rows(db) == (12, 12)
-    assert second["best_gflops"] >= first["best_gflops"]  # the earlier best still counts
+    # the earlier best still counts (best_gflops itself is a new timing at the end of a tune)
+    assert second["best_gflops_found"] >= first["best_gflops_found"]
 
 
 def test_reuse_is_reported(capsys, tmp_path):
