@@ -467,21 +467,18 @@ class Measurer:
         if not limit:
             return None
         worker, end = self._worker, time.monotonic() + opts.timeout
-        while True:
+        while True:  # each wait ends at the answer, a progress note, the limit or the timeout
             notes = dict(note for _, note in worker.progress)
             if "first_run_done" in notes:
                 return None
-            started = notes.get("first_run")
-            until = end if started is None else min(end, started + limit)
-            if worker.poll(max(0.0, until - time.monotonic())):
-                return None
-            now = time.monotonic()
-            if now >= end:
-                return None
-            if started is not None and now >= started + limit and not worker.poll(0) \
-                    and not any(n[0] == "first_run_done" for _, n in worker.progress):
+            started, now = notes.get("first_run"), time.monotonic()
+            if started is not None and now >= started + limit:
                 return RunResult(costs=(now - started,), number=1, run_time=now - started,
                                  early_stop=True, unchecked=True)
+            if now >= end:
+                return None
+            if worker.poll(min(end, started + limit if started is not None else end) - now):
+                return None
 
     def close(self) -> None:
         if self._ray is not None:
