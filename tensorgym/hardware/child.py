@@ -128,7 +128,7 @@ class Child:
         self.send(method, *args)
         return self.result(timeout)
 
-    def poll(self, timeout: float = 0.0) -> bool:
+    def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Wait up to ``timeout`` seconds for the next message of the call in flight: True for
         its answer (or the child's death: ``result`` says so), False for a progress note (kept in
         ``progress``) or for none."""
@@ -148,20 +148,12 @@ class Child:
 
     def _recv(self, timeout: Optional[float]) -> tuple:
         end = None if timeout is None else time.monotonic() + timeout
-        try:
-            while self._answer is None:
-                left = None if end is None else max(0.0, end - time.monotonic())
-                if not self.conn.poll(left):
-                    raise ChildTimeout(f"the {self.name} process gave no answer within "
-                                       f"{timeout:g} s")
-                message = self.conn.recv()
-                if message[0] == "progress":
-                    self.progress.append((time.monotonic(), message[1]))
-                else:
-                    self._answer = message
-        except (EOFError, OSError):
+        while not self.poll(None if end is None else max(0.0, end - time.monotonic())):
+            if end is not None and time.monotonic() >= end:
+                raise ChildTimeout(f"the {self.name} process gave no answer within {timeout:g} s")
+        if self._answer is None:  # the pipe broke
             code = self.proc.wait(5) if self.proc is not None else None
-            raise ChildDied(f"the {self.name} process died (exit code {code})") from None
+            raise ChildDied(f"the {self.name} process died (exit code {code})")
         answer, self._answer = self._answer, None
         return answer
 
