@@ -320,11 +320,9 @@ class TensorSchedEnv(gym.Env):
             return None
         if self.measurer is self._replay:
             return candidates[0]
-        m = self.measurer
-        before = dict(m.seconds)
-        again = [m.confirm(self.workload, r) for r in candidates]
-        self.meter.add_measurement(m.seconds["build"] - before["build"],
-                                   m.seconds["run"] - before["run"], [])
+        before = dict(self.measurer.seconds)
+        again = [self.measurer.confirm(self.workload, r) for r in candidates]
+        self._charge(before, [])
         fresh = [replace(r, extra={**r.extra, "reconfirmed": True}) for r in again if r.ok]
         if not fresh:
             return candidates[0]
@@ -371,10 +369,15 @@ class TensorSchedEnv(gym.Env):
             fresh = self._confirm_new_bests(fresh)
         if m is self._replay and m.seconds == before:  # all replayed: nothing built or run
             return fresh
-        self.meter.add_measurement(m.seconds["build"] - before["build"],
-                                   m.seconds["run"] - before["run"],
-                                   [r for r in fresh if not r.cached])  # replay built nothing
+        self._charge(before, [r for r in fresh if not r.cached])  # replay built nothing
         return fresh
+
+    def _charge(self, before: dict, built: list[MeasureResult]) -> None:
+        """Charge the measurer's build and run seconds since ``before`` (a copy of its
+        ``seconds``) to the meter, with the build seconds of ``built``."""
+        m = self.measurer
+        self.meter.add_measurement(m.seconds["build"] - before["build"],
+                                   m.seconds["run"] - before["run"], built)
 
     def _confirm_new_bests(self, fresh: list[MeasureResult]) -> list[MeasureResult]:
         """Re-time each result that would become the best, until the batch's

@@ -97,12 +97,10 @@ def split_groups(compute: Callable[[Sequence], np.ndarray], remote: Callable[[Ch
         remote(child, [configs[i] for i in theirs])
         rows_mine = compute([configs[i] for i in mine])
         rows_theirs = child.result()
-        if rows_theirs is None:  # the helper could not compute its share: all of it here
-            return compute(configs)
-    except (ChildDied, ChildError) as e:  # a helper died (killed, out of memory): finish here
-        helpers.close()
-        warnings.warn(f"a feature helper process failed ({e}); featurizing in this process",
-                      RuntimeWarning, stacklevel=2)
+        if rows_theirs is None:  # the helper could not compute its share: that share here
+            rows_theirs = compute([configs[i] for i in theirs])
+    except (ChildDied, ChildError) as e:
+        _helpers_failed(helpers, e)
         return compute(configs)
     out = np.empty((len(configs), rows_mine.shape[1]), rows_mine.dtype)
     out[mine], out[theirs] = rows_mine, rows_theirs
@@ -123,8 +121,13 @@ def split_rows(compute: Callable[[Sequence], np.ndarray], workload, configs: Seq
             child.send("rows", workload, [configs[i] for i in idx], mode)
         mine = compute([configs[i] for i in chunks[0]])
         return np.concatenate([mine, *(child.result() for child in children)])
-    except (ChildDied, ChildError) as e:  # a helper died (killed, out of memory): finish here
-        helpers.close()
-        warnings.warn(f"a feature helper process failed ({e}); featurizing in this process",
-                      RuntimeWarning, stacklevel=2)
+    except (ChildDied, ChildError) as e:
+        _helpers_failed(helpers, e)
         return compute(configs)
+
+
+def _helpers_failed(helpers: HelperPool, e: Exception) -> None:
+    """A helper died (killed, out of memory): close them all; the caller finishes alone."""
+    helpers.close()
+    warnings.warn(f"a feature helper process failed ({e}); featurizing in this process",
+                  RuntimeWarning, stacklevel=3)
