@@ -213,11 +213,8 @@ class ConfigSpace:
 
     def from_choices(self, choices: Sequence[int]) -> Config:
         choices = self.check_choices(choices)
-        index = 0
-        for c, k in zip(choices, self.knobs):
-            index = index * k.size + c
         values = {k.name: k.options[c] for c, k in zip(choices, self.knobs)}
-        return Config(self.name, choices, values, index, self.key)
+        return Config(self.name, choices, values, self._index(choices), self.key)
 
     def validate(self, config: Any) -> None:
         """Raise ``InvalidConfigError`` unless ``config`` is a config of exactly this space: its
@@ -269,7 +266,29 @@ class ConfigSpace:
     def sample(self, rng: np.random.Generator, n: int = 1) -> list[Config]:
         """``n`` uniform samples (with replacement) of the whole product."""
         cols = [rng.integers(0, k.size, size=n) for k in self.knobs]
-        return [self.from_choices([c[i] for c in cols]) for i in range(n)]
+        return self._from_matrix(np.stack(cols, axis=1) if cols else np.zeros((n, 0), np.int64))
+
+    def _from_matrix(self, choices: np.ndarray) -> list[Config]:
+        """Configs of the rows of an (n, knobs) matrix of choices known to be in range (search
+        makes thousands per second: ``from_choices`` checks each one, this does not)."""
+        if self.size < 2 ** 62:
+            radix = np.cumprod((1,) + self.dims[:0:-1])[::-1].astype(np.int64)
+            indices = (choices.astype(np.int64) @ radix).tolist() if self.knobs else [0] * len(choices)
+        else:  # past int64: Python integers
+            indices = [self._index(row) for row in choices.tolist()]
+        names = [k.name for k in self.knobs]
+        options = [k.options for k in self.knobs]
+        out = []
+        for row, index in zip(choices.tolist(), indices):
+            values = {name: opts[c] for name, opts, c in zip(names, options, row)}
+            out.append(Config(self.name, tuple(row), values, index, self.key))
+        return out
+
+    def _index(self, choices: Sequence[int]) -> int:
+        index = 0
+        for c, k in zip(choices, self.knobs):
+            index = index * k.size + c
+        return index
 
     def sample_unique(self, rng: np.random.Generator, n: int,
                       exclude: "set[int] | None" = None) -> list[Config]:
@@ -296,15 +315,22 @@ class ConfigSpace:
                     yield self.from_choices(ch)
 
     def random_neighbor(self, config: Config, rng: np.random.Generator) -> Config:
-        movable = [i for i, k in enumerate(self.knobs) if k.size > 1]
-        if not movable:
-            return config
-        i = movable[int(rng.integers(len(movable)))]
-        c = int(rng.integers(self.knobs[i].size - 1))
-        c += c >= config.choices[i]
-        ch = list(config.choices)
-        ch[i] = c
-        return self.from_choices(ch)
+        """A config that differs from ``config`` in one knob, drawn uniformly: the knob among
+        those with several options, then its new option among the others."""
+        return self.random_neighbors([config], rng)[0]
+
+    def random_neighbors(self, configs: Sequence[Config], rng: np.random.Generator) -> list[Config]:
+        """``random_neighbor`` of each of ``configs`` (of this space), drawn for all at once."""
+        movable = np.array([i for i, k in enumerate(self.knobs) if k.size > 1], np.int64)
+        if not len(movable) or not len(configs):
+            return list(configs)
+        choices = np.array([c.choices for c in configs], np.int64)
+        rows = np.arange(len(choices))
+        knob = movable[rng.integers(len(movable), size=len(choices))]
+        new = rng.integers(np.asarray(self.dims, np.int64)[knob] - 1)
+        new += new >= choices[rows, knob]
+        choices[rows, knob] = new
+        return self._from_matrix(choices)
 
     def __str__(self) -> str:
         lines = [f"ConfigSpace {self.name}: {self.size:,} configs"]

@@ -68,6 +68,31 @@ def test_neighbors_differ_in_one_knob(rng):
     assert sum(a != b for a, b in zip(r.choices, c.choices)) == 1
 
 
+def test_batch_neighbors_are_valid_configs_one_knob_away(rng):
+    """``random_neighbors`` builds configs without ``from_choices``' checks: each must still be
+    exactly the config its choices give, one knob away, and every movable knob must move."""
+    space = space_for(get_workload("conv2d-C6"), "cpu")
+    start = space.sample(rng, 400)
+    moved = set()
+    for c, r in zip(start, space.random_neighbors(start, rng)):
+        space.validate(r)  # values and index are those its choices give
+        diff = [i for i, (a, b) in enumerate(zip(r.choices, c.choices)) if a != b]
+        assert len(diff) == 1
+        moved.add(diff[0])
+    assert moved == {i for i, d in enumerate(space.dims) if d > 1}
+
+
+def test_indices_past_int64_are_exact(rng):
+    """A space of more than 2**63 configs: indices are Python integers, not wrapped int64s."""
+    from tensorgym.space import Knob
+
+    space = ConfigSpace("big", tuple(Knob(f"k{i}", tuple(range(97))) for i in range(12)))
+    assert space.size > 2 ** 63
+    for c in space.sample(rng, 20) + space.random_neighbors(space.sample(rng, 20), rng):
+        space.validate(c)
+        assert space.get(c.index) == c
+
+
 def test_bad_configs_raise_clear_errors():
     space = space_for(get_workload("matmul-1024"), "cpu")
     with pytest.raises(InvalidConfigError, match="out of range"):
