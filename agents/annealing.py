@@ -1,8 +1,9 @@
 """Parallel simulated annealing over a cost model (paper section 3.3).
 
 A batch of Markov chains walks the config space with the model's score as (negative) energy;
-proposals change one knob (``space.random_neighbor``). The chains' states persist across calls,
-so after the model is retrained the walk resumes where it was rather than restarting cold.
+proposals change one knob (``space.random_neighbors``). The chains' states persist across calls,
+so after the model is retrained the walk resumes where it was rather than restarting cold, and
+a resumed walk needs fewer steps (``resume_steps``) than the first one from random points.
 """
 from __future__ import annotations
 
@@ -17,19 +18,22 @@ ScoreFn = Callable[[Sequence[Config]], np.ndarray]
 
 
 class ParallelAnnealer:
-    """``n_chains`` chains, at most ``n_steps`` steps per call, stopping early once the top-k has
+    """``n_chains`` chains, at most ``n_steps`` steps in the first call (from random points) and
+    ``resume_steps`` (default ``n_steps``) in each later one, stopping early once the top-k has
     not changed for ``early_stop`` steps. The temperature falls linearly from ``temperature[0]``
     to ``temperature[1]``, in units of the score spread of the chains at the start of the call
     (so the walk behaves the same whatever the scale of the model's scores)."""
 
     def __init__(self, space: ConfigSpace, n_chains: int = 128, n_steps: int = 500,
                  early_stop: int = 50, temperature: tuple[float, float] = (1.0, 0.0),
-                 seed: int | np.random.Generator = 0) -> None:
-        if n_chains < 1 or n_steps < 0 or early_stop < 1:
-            raise ValueError("need n_chains >= 1, n_steps >= 0, early_stop >= 1")
+                 seed: int | np.random.Generator = 0, resume_steps: int | None = None) -> None:
+        resume_steps = n_steps if resume_steps is None else resume_steps
+        if n_chains < 1 or n_steps < 0 or resume_steps < 0 or early_stop < 1:
+            raise ValueError("need n_chains >= 1, n_steps >= 0, resume_steps >= 0, early_stop >= 1")
         self.space = space
         self.n_chains = n_chains
         self.n_steps = n_steps
+        self.resume_steps = resume_steps
         self.early_stop = early_stop
         self.temperature = temperature
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
@@ -48,6 +52,7 @@ class ParallelAnnealer:
         with the highest scores seen, best first, with their scores."""
         if k < 1:
             raise ValueError("k must be >= 1")
+        n_steps = self.resume_steps if self.points else self.n_steps
         if not self.points:
             self._init_points()
         top: list[tuple[float, int, Config]] = []  # min-heap of the k best
@@ -74,9 +79,9 @@ class ParallelAnnealer:
         t0, t1 = self.temperature
         quiet = 0
         self.steps_taken = 0
-        for step in range(self.n_steps):
-            t = (t0 + (t1 - t0) * step / max(self.n_steps, 1)) * scale
-            proposals = [self.space.random_neighbor(p, self.rng) for p in self.points]
+        for step in range(n_steps):
+            t = (t0 + (t1 - t0) * step / max(n_steps, 1)) * scale
+            proposals = self.space.random_neighbors(self.points, self.rng)
             new_scores = np.asarray(score(proposals), np.float64)
             with np.errstate(over="ignore"):
                 accept_p = np.exp(np.minimum((new_scores - scores) / (t + 1e-9 * scale), 0.0))

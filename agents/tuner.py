@@ -116,7 +116,8 @@ class ModelTuner(SearchStrategy):
       still update the model several times; TVM used 64), ``plan_ratio`` [lambda: select
       from the top lambda*b candidates], ``alpha`` (diversity weight of Equation 3),
       ``epsilon`` (random share of each batch).
-    - ``n_chains``, ``sa_steps``, ``sa_early_stop``: the parallel simulated annealing.
+    - ``n_chains``, ``sa_steps``, ``sa_resume_steps``, ``sa_early_stop``: the parallel simulated
+      annealing (steps of the first batch, of each later one, and the early stop).
     - ``uncertainty``: None, or ``"ei"`` / ``"ucb"`` / ``"mean"`` over a bootstrap ensemble of
       ``n_bootstrap`` models.
     - ``records`` (a ``tensorgym.records.Records``) with ``source_workloads``: transfer learning
@@ -134,7 +135,8 @@ class ModelTuner(SearchStrategy):
     def __init__(self, model: "str | CostModel | Callable[[], CostModel]" = "xgb",
                  model_options: dict | None = None, batch_size: "int | None" = None,
                  plan_ratio: float = 2.0, alpha: float = 0.1, epsilon: float = 0.05,
-                 n_chains: int = 128, sa_steps: int = 100, sa_early_stop: int = 30,
+                 n_chains: int = 128, sa_steps: int = 100, sa_resume_steps: int = 25,
+                 sa_early_stop: int = 30,
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
@@ -153,6 +155,7 @@ class ModelTuner(SearchStrategy):
         self.epsilon = epsilon
         self.n_chains = n_chains
         self.sa_steps = sa_steps
+        self.sa_resume_steps = sa_resume_steps
         self.sa_early_stop = sa_early_stop
         self.uncertainty = uncertainty
         self.n_bootstrap = n_bootstrap
@@ -273,7 +276,8 @@ class ModelTuner(SearchStrategy):
                      if getattr(self.model, "reads_loop_names", False) else u.featurize)
         self._features = FeatureCache(featurize, self.model.feature_mode)
         self._annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps,
-                                          self.sa_early_stop, seed=rng.spawn(1)[0])
+                                          self.sa_early_stop, seed=rng.spawn(1)[0],
+                                          resume_steps=self.sa_resume_steps)
         self._measured: set[int] = set()
         self._data: tuple[list[Config], list[float]] = ([], [])
         self._model_ready = isinstance(self.model, TransferModel)
@@ -353,7 +357,10 @@ OPTIONS = (
     Option("alpha", float, 0.1, "diversity weight of Equation 3"),
     Option("epsilon", float, 0.05, "random share of each batch"),
     Option("n_chains", int, 128, "simulated annealing chains"),
-    Option("sa_steps", int, 100, "annealing steps per batch"),
+    Option("sa_steps", int, 100, "annealing steps of the first batch (chains from random "
+           "points)"),
+    Option("sa_resume_steps", int, 25, "annealing steps of each later batch (chains resume "
+           "where the last batch left them)"),
     Option("sa_early_stop", int, 30, "stop annealing after this many steps without change"),
     Option("uncertainty", str, None, "acquisition over a bootstrap ensemble",
            ("ei", "ucb", "mean")),

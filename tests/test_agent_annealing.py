@@ -58,3 +58,16 @@ def test_bad_arguments():
         ParallelAnnealer(SPACE, n_chains=0)
     with pytest.raises(ValueError):
         ParallelAnnealer(SPACE).find_maximums(score, k=0)
+
+
+def test_a_resumed_walk_takes_resume_steps_and_still_finds_the_optimum():
+    """The first call walks from random points for ``n_steps``; later calls resume the chains
+    where they stopped and take at most ``resume_steps``, so the top they found is kept."""
+    sa = ParallelAnnealer(SPACE, n_chains=16, n_steps=200, early_stop=200, seed=0, resume_steps=5)
+    first = sa.find_maximums(score, k=5)
+    assert sa.steps_taken == 200 and first[0][1] == 0.0
+    again = sa.find_maximums(score, k=5, exclude={first[0][0].index})
+    assert sa.steps_taken == 5
+    assert again[0][1] == -1.0  # chains sit around the optimum: its neighbours come at once
+    with pytest.raises(ValueError, match="resume_steps"):
+        ParallelAnnealer(SPACE, resume_steps=-1)
