@@ -11,7 +11,7 @@ import pytest
 import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions, stop_bound
-from tensorgym.hardware.worker import COLD_MARGIN, KernelWorker, cold_run_lost
+from tensorgym.hardware.worker import COLD_MARGIN, KernelWorker, cold_run_lost, contends
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import matmul
 
@@ -189,3 +189,24 @@ def test_a_first_run_long_past_its_bound_is_stopped_by_a_new_worker(monkeypatch)
     finally:
         m.close()
     assert survivors(ours, within=10) == []
+
+
+def test_only_a_kernel_that_may_beat_the_best_gets_samples_past_repeat(fast_slow):
+    """With ``early_stop``, samples past ``repeat`` (wanted here always: target_cv 0) go to a
+    kernel whose fastest sample beats the best it must beat (the batch's fastest so far), not
+    to a loser; without ``early_stop`` every kernel gets them."""
+    fast, slow = fast_slow
+    opts = MeasureOptions(repeat=3, max_repeat=6, target_cv=0.0, min_repeat_ms=1)
+    m = Measurer("cpu", opts, num_threads=1)
+    try:
+        f, s = m.measure(W, [fast.config, slow.config], early_stop=1000)  # bound: no early stop
+        assert "early_stop" not in s.extra and min(s.costs) > f.median
+        assert len(f.costs) == 6 and len(s.costs) == 3
+        f, s = m.measure(W, [fast.config, slow.config], early_stop=0)
+        assert len(f.costs) == len(s.costs) == 6
+    finally:
+        m.close()
+    stop = MeasureOptions(stop_slower_than=3.0, early_stop=3.0)
+    assert contends(0.9, stop) and contends(1.0, stop) and not contends(1.1, stop)
+    assert contends(100.0, MeasureOptions(stop_slower_than=3.0))  # no early_stop: no gate
+    assert contends(100.0, MeasureOptions(early_stop=3.0))  # nothing to beat yet

@@ -123,7 +123,10 @@ class TensorSchedEnv(gym.Env):
     With ``early_stop`` = r (default 3; 0 turns it off, as datasets should), timing a kernel
     stops once even its fastest sample is over r times the best's median, or over r times the
     fastest median of the kernels timed before it in the same batch (so the first batch, before
-    any best, and the batches of random search or a GA stop early too); a kernel whose checked
+    any best, and the batches of random search or a GA stop early too). Samples past
+    ``repeat`` (while their spread is over ``target_cv``) go only to a kernel whose fastest sample
+    beats that best or batch fastest (``worker.contends``): a loser needs no precise time, and a
+    new best is confirmed anyway. A kernel whose checked
     (cold) first run alone is over twice that bound keeps that run as its one sample
     (``worker.cold_run_lost``). Its time is a real sample, from fewer samples, flagged
     ``info["early_stop"]``; rewards treat it like any time (it is far from the best either way).

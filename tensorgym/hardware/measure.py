@@ -6,7 +6,9 @@ pick ``number`` so one sample lasts at least ``min_repeat_ms``, and take ``repea
 kernel whose first run already takes ``slow_run_s`` is reported with that one sample: it is far
 from the best anyway, and timing it again would cost a tuner seconds per trial. A bound
 (``stop_slower_than``, lowered within a batch by ``early_stop`` times the batch's fastest so far)
-stops the timing of a kernel that has surely lost: flagged ``extra["early_stop"]``, fewer samples.
+stops the timing of a kernel that has surely lost: flagged ``extra["early_stop"]``, fewer samples;
+with ``early_stop`` = r, the samples past ``repeat`` go only to a kernel whose fastest sample beats
+bound / r, the best it must beat (``worker.contends``).
 A first run that goes on long past the bound (``worker.first_run_limit``) is stopped by killing
 the worker: one sample, the seconds it had run (a lower bound), flagged ``extra["unchecked"]``
 too, since its output was never compared with NumPy.
@@ -57,7 +59,9 @@ class MeasureOptions:
     recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
     slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
     compile_cache: bool = True  # reuse binaries of sources compiled before on this machine
-    max_repeat: int = 10  # more samples, up to this many, while their spread exceeds target_cv
+    # more samples, up to this many, while their spread exceeds target_cv (with early_stop: only
+    # for a kernel that may beat the best, worker.contends)
+    max_repeat: int = 10
     target_cv: float = 0.05  # coefficient of variation a measurement aims for
     stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
     early_stop: float = 0.0  # ratio; also stop once slower than this x the batch's fastest (0: off)

@@ -80,6 +80,16 @@ def cold_run_lost(first: float, opts) -> bool:
             and first >= opts.min_repeat_ms / 1e3)
 
 
+def contends(fastest: float, opts) -> bool:
+    """Whether a kernel whose fastest sample took ``fastest`` seconds may still beat the best,
+    and so deserves samples past ``repeat``: with ``early_stop`` = r, the bound
+    ``stop_slower_than`` is r x the best (the tuner's, lowered to the batch's fastest), and a
+    kernel slower than the best needs no precise time; new bests are confirmed anyway."""
+    if not (opts.early_stop and opts.stop_slower_than):
+        return True
+    return fastest <= opts.stop_slower_than / opts.early_stop
+
+
 def first_run_limit(opts) -> float:
     """Seconds after which the parent stops a kernel's first run by killing the worker (0:
     never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S, since a
@@ -142,7 +152,8 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
 
     def sample(number: int) -> tuple[list[float], bool]:
         """``repeat`` samples, more (up to ``max_repeat``) while their spread exceeds
-        ``target_cv``; stops early once even the fastest is slower than ``stop_slower_than``."""
+        ``target_cv`` and the kernel contends (``contends``); stops early once even the
+        fastest is slower than ``stop_slower_than``."""
         costs: list[float] = []
         while True:
             if opts.flush_cache:
@@ -151,7 +162,8 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
             if opts.stop_slower_than and min(costs) > opts.stop_slower_than:
                 return costs, True
             if len(costs) >= opts.repeat and (len(costs) >= max(opts.repeat, opts.max_repeat)
-                                              or spread(costs) <= opts.target_cv):
+                                              or spread(costs) <= opts.target_cv
+                                              or not contends(min(costs), opts)):
                 return costs, False
 
     try:
