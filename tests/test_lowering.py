@@ -53,6 +53,38 @@ def test_cache_write_allocates_local_accumulator():
     assert not [n for n in A.walk(without.body) if isinstance(n, A.Allocate)]
 
 
+def test_only_the_reduction_nest_is_unrolled_around_a_local_accumulator():
+    """With cache_write, ``unroll_max_step`` unrolls the update's nest; the accumulator's
+    zeroing and write-back (once per tile) stay loops. Without it the zeroing of the output
+    tile is unrolled as before."""
+    w = get_workload("conv2d-C6")
+    space = space_for(w, "cpu")
+    c = space.get(147481727)  # unroll 512, cache_write 1, an inner tile of 224 vectors
+    assert c["unroll_max_step"] == 512 and c["cache_write"] == 1
+
+    def unrolled_stores(program):
+        """Per store: whether some loop around it is unrolled, in program order."""
+        out = []
+
+        def visit(s, unrolled):
+            if isinstance(s, A.For):
+                visit(s.body, unrolled or s.kind == "unrolled")
+            elif isinstance(s, A.Seq):
+                for x in s.stmts:
+                    visit(x, unrolled)
+            elif isinstance(s, A.Allocate):
+                visit(s.body, unrolled)
+            elif isinstance(s, A.Store):
+                out.append((s.buffer.name, isinstance(s.value, A.BinOp), unrolled))
+        visit(program.body, False)
+        return out
+
+    assert unrolled_stores(lower(w, c)) == [("acc", False, False), ("acc", True, True),
+                                            ("conv", False, False)]
+    plain = unrolled_stores(lower(w, space.from_values(dict(c.values, cache_write=0))))
+    assert plain == [("conv", False, True), ("conv", True, True)]
+
+
 def test_padding_stage_is_inlined_or_materialised():
     w = get_workload("conv2d-C6")
     space = space_for(w, "cpu")

@@ -160,9 +160,10 @@ class _CpuNest:
                 opaque.append((coeff, part, fused & (self.n_par >= 2)))
         return affine, opaque
 
-    def annotate(self, loops: list) -> list[tuple]:
+    def annotate(self, loops: list, unroll: "np.ndarray | None" = None) -> list[tuple]:
         """``lower/cpu._annotate``: vectorize the innermost loop if spatial, then unroll inner
-        loops while the product of their extents stays within ``unroll_max_step``."""
+        loops while the product of their extents stays within ``unroll`` (per config; default
+        ``unroll_max_step``)."""
         if not loops:
             return []
         n = self.n
@@ -176,7 +177,7 @@ class _CpuNest:
         # the steps of the loops from the innermost out only grow: unrolling stops at the first
         # loop past the budget
         steps = _prefix(np.where(present & ~vec, exts, 1)[::-1], np.multiply)[::-1]
-        unroll = self.knobs["unroll"]
+        unroll = self.knobs["unroll"] if unroll is None else unroll
         unrolled = present & ~vec & (steps <= unroll) & (unroll > 0)
         kinds = np.where(vec, KIND["vectorized"], np.where(unrolled, KIND["unrolled"],
                                                            KIND["serial"]))
@@ -235,9 +236,11 @@ class _CpuNest:
         writeback = Stmt([access(out_buf, out_idx, writes=1), access(acc, acc_idx, reads=1)],
                          on=cache_write)
         wb_loops = [lp._replace(on=lp.on & cache_write) for lp in inner_spatial]
-        block_body = (nest(self.annotate(inner_spatial), [init])
+        # lowering unrolls the accumulator's zeroing and write-back nests never
+        block_body = (nest(self.annotate(inner_spatial,
+                                         np.where(cache_write, 0, self.knobs["unroll"])), [init])
                       + nest(self.annotate(self.block), [update])
-                      + nest(self.annotate(wb_loops), [writeback]))
+                      + nest(self.annotate(wb_loops, np.zeros(n, np.int64)), [writeback]))
         body = nest([("fused", self.fused_ext, KIND["parallel"])]
                     + [(self.var(lp), self.ext(lp), KIND["serial"]) for lp in self.outer],
                     block_body)

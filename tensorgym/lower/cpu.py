@@ -73,12 +73,15 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
 
     update = A.Store(target, target_idx,
                      A.BinOp("+", A.Load(target, target_idx), A.BinOp("*", *_factors(body_value))))
-    init = nest(_annotate(inner_spatial, vectorize, unroll),
+    # The accumulator's zeroing and write-back run once per tile: unrolled, they changed no
+    # measured run time (20 C6 kernels, median 0.99x) but were most of a 512-step kernel's
+    # source and up to 8x its build time. Only the reduction nest is unrolled then.
+    init = nest(_annotate(inner_spatial, vectorize, 0 if acc is not None else unroll),
                 A.Store(target, target_idx, A.FloatImm(0.0)))
     main = nest(_annotate(block, vectorize, unroll), update)
     block_stmt = A.seq(init, main)
     if acc is not None:
-        writeback = nest(_annotate(inner_spatial, vectorize, unroll),
+        writeback = nest(_annotate(inner_spatial, vectorize, 0),
                          A.Store(out_buf, out_idx, A.Load(acc, acc_idx)))
         block_stmt = A.Allocate(acc, A.seq(block_stmt, writeback))
     stmt = nest([(lp.var, lp.extent, "serial") for lp in outer], block_stmt)
