@@ -50,7 +50,11 @@ def test_a_phase_timed_while_the_speed_moved_is_taken_again_and_flagged():
     try:
         results = m.measure(W, CONFIGS[:2])
         assert all(r.ok and r.extra["drift"] > 0 for r in results)
-        assert len(m._drift.history) == 4  # before and after, twice
+        # before and after, then after the re-take (which starts from the first's end)
+        assert len(m._drift.history) == 3
+        n = len(m._drift.history)
+        m.confirm(W, results[0])  # right after the phase: its end calibration is used again
+        assert len(m._drift.history) == n + 2  # its phase and re-take: only their ends timed
     finally:
         m.close()
     quiet = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, calibrate=False))

@@ -6,9 +6,15 @@ kernel's speed changed was timed on a moving machine: the measurer takes it agai
 """
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 from ..workloads import Workload, matmul
+
+#: a phase that starts this soon after the last one ended starts from that one's end calibration
+#: (a confirmation right after its batch): the machine had no time to move, and timing the
+#: calibration kernel again cost ~25 ms per confirmation
+RECENT_S = 1.0
 
 
 def calibration_workload() -> Workload:
@@ -19,19 +25,27 @@ class DriftMonitor:
     """The calibration times of the current phase, and every one seen (``history``)."""
 
     def __init__(self) -> None:
-        self.history: list[float] = []
+        self.history: list[float] = []  # every calibration timed
         self._start: Optional[float] = None
         self._end: Optional[float] = None
+        self._last_end: tuple[float, float] = (-float("inf"), 0.0)  # (monotonic, seconds)
 
-    def phase_start(self, seconds: Optional[float]) -> None:
+    def recent(self) -> Optional[float]:
+        """The last phase's end calibration, if it ended within ``RECENT_S`` seconds."""
+        at, seconds = self._last_end
+        return seconds if seconds and time.monotonic() - at <= RECENT_S else None
+
+    def phase_start(self, seconds: Optional[float], timed: bool = True) -> None:
+        """``timed`` False: ``seconds`` is a recent calibration used again (``recent``)."""
         self._start, self._end = seconds, None
-        if seconds:
+        if seconds and timed:
             self.history.append(seconds)
 
     def phase_end(self, seconds: Optional[float]) -> None:
         self._end = seconds
         if seconds:
             self.history.append(seconds)
+            self._last_end = (time.monotonic(), seconds)
 
     def pop_phase(self) -> tuple[Optional[float], Optional[float]]:
         out = (self._start, self._end)

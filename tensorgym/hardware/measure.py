@@ -355,7 +355,11 @@ class Measurer:
                   opts: MeasureOptions) -> list[MeasureResult]:
         calibrating = opts.calibrate and any(b.error == ErrorCode.NO_ERROR for b in builds)
         if calibrating:
-            self._drift.phase_start(self._calibration_time())
+            recent = self._drift.recent()
+            if recent is not None:
+                self._drift.phase_start(recent, timed=False)
+            else:
+                self._drift.phase_start(self._calibration_time())
         out: list[MeasureResult] = []
         timed: dict[str, MeasureResult] = {}
         fastest = math.inf  # median of the fastest kernel timed in full so far
