@@ -236,7 +236,7 @@ class _CpuNest:
         writeback = Stmt([access(out_buf, out_idx, writes=1), access(acc, acc_idx, reads=1)],
                          on=cache_write)
         wb_loops = [lp._replace(on=lp.on & cache_write) for lp in inner_spatial]
-        # lowering unrolls the accumulator's zeroing and write-back nests never
+        # lowering never unrolls the accumulator's zeroing and write-back nests
         block_body = (nest(self.annotate(inner_spatial,
                                          np.where(cache_write, 0, self.knobs["unroll"])), [init])
                       + nest(self.annotate(self.block), [update])
