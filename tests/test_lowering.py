@@ -63,21 +63,12 @@ def test_only_the_reduction_nest_is_unrolled_around_a_local_accumulator():
     assert c["unroll_max_step"] == 512 and c["cache_write"] == 1
 
     def unrolled_stores(program):
-        """Per store: whether some loop around it is unrolled, in program order."""
-        out = []
-
-        def visit(s, unrolled):
-            if isinstance(s, A.For):
-                visit(s.body, unrolled or s.kind == "unrolled")
-            elif isinstance(s, A.Seq):
-                for x in s.stmts:
-                    visit(x, unrolled)
-            elif isinstance(s, A.Allocate):
-                visit(s.body, unrolled)
-            elif isinstance(s, A.Store):
-                out.append((s.buffer.name, isinstance(s.value, A.BinOp), unrolled))
-        visit(program.body, False)
-        return out
+        """Per store, in program order: its buffer, whether it updates, whether an unrolled
+        loop encloses it."""
+        inside = {id(n) for f in A.walk(program.body) if isinstance(f, A.For)
+                  and f.kind == "unrolled" for n in A.walk(f.body)}
+        return [(s.buffer.name, isinstance(s.value, A.BinOp), id(s) in inside)
+                for s in A.walk(program.body) if isinstance(s, A.Store)]
 
     assert unrolled_stores(lower(w, c)) == [("acc", False, False), ("acc", True, True),
                                             ("conv", False, False)]

@@ -326,7 +326,7 @@ class TensorSchedEnv(gym.Env):
         if self.measurer is self._replay:
             return candidates[0]
         before = dict(self.measurer.seconds)
-        again = [r for r in (self.measurer.confirm(self.workload, r) for r in candidates) if r.ok]
+        again = [r for r in (self.measurer.confirm(self.workload, c) for c in candidates) if r.ok]
         if len(again) > 1:  # the chosen one's own timing, not the luckiest of several
             chosen = max(again, key=lambda r: r.gflops)
             final = self.measurer.confirm(self.workload, chosen)

@@ -356,10 +356,8 @@ class Measurer:
         calibrating = opts.calibrate and any(b.error == ErrorCode.NO_ERROR for b in builds)
         if calibrating:
             recent = self._drift.recent()
-            if recent is not None:
-                self._drift.phase_start(recent, timed=False)
-            else:
-                self._drift.phase_start(self._calibration_time())
+            self._drift.phase_start(recent if recent is not None else self._calibration_time(),
+                                    timed=recent is None)
         out: list[MeasureResult] = []
         timed: dict[str, MeasureResult] = {}
         fastest = math.inf  # median of the fastest kernel timed in full so far
