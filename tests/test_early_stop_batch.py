@@ -168,7 +168,7 @@ def test_a_first_run_long_past_its_bound_is_stopped_by_a_new_worker(monkeypatch)
     import tensorgym.hardware.measure as measure
     from .proc_tree import descendants, survivors
 
-    monkeypatch.setattr(measure, "first_run_limit", lambda opts: 0.005 if
+    monkeypatch.setattr(measure, "first_run_limit", lambda opts, start: 0.005 if
                         opts.stop_slower_than else 0.0)
     big = matmul(1024, 1024, 1024)
     # no calibration: on a loaded machine a phase may count as drifting and be timed again,

@@ -130,7 +130,8 @@ class TensorSchedEnv(gym.Env):
     (cold) first run alone is over twice that bound keeps that run as its one sample
     (``worker.cold_run_lost``). Its time is a real sample, from fewer samples, flagged
     ``info["early_stop"]``; rewards treat it like any time (it is far from the best either way).
-    A first run that goes on past that and past ``worker.KILL_AFTER_S`` is stopped by replacing
+    A first run that goes on past that and past ``worker.KILL_AFTER_S`` (0.05 s for a worker
+    forked from a zygote, as on the CPU; 0.25 s for one started anew) is stopped by replacing
     the worker: its time is the seconds it had run, a lower bound, and since its output was never
     compared with NumPy it is flagged ``info["unchecked"]`` too.
     ``info["drift"]`` flags a measurement taken while the machine's speed moved (see

@@ -26,7 +26,10 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+if TYPE_CHECKING:
+    from .zygote import Zygote
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,11 +46,34 @@ class ChildTimeout(Exception):
     """The child did not answer in time; it has been killed."""
 
 
-class Child:
-    """One helper process serving the object ``factory(*args)``."""
+def launch(module: str, factory: Callable[..., Any], args: tuple,
+           env: "dict[str, str] | None" = None) -> tuple[subprocess.Popen, Connection]:
+    """Start ``python -m module FD`` and send it ``sys.path`` and what to serve."""
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", module, str(theirs.fileno())],
+                                stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=env,
+                                start_new_session=True)
+    finally:
+        theirs.close()
+    conn = Connection(ours.detach())
+    try:
+        conn.send(list(sys.path))  # first, so the factory unpickles as it would here
+        conn.send((factory, args))
+    except OSError:
+        pass  # it died at once: the handshake says so
+    return proc, conn
 
-    def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child") -> None:
-        self.factory, self.args, self.name = factory, args, name
+
+class Child:
+    """One helper process serving the object ``factory(*args)`` (or, with a ``zygote``, a fork
+    of the zygote's own such object: ``tensorgym.hardware.zygote``)."""
+
+    def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child",
+                 zygote: "Zygote | None" = None) -> None:
+        self.factory, self.args, self.name, self.zygote = factory, args, name, zygote
         self.proc: Optional[subprocess.Popen] = None
         self.conn: Optional[Connection] = None
         self.calls = 0  # calls answered since the last start
@@ -66,27 +92,16 @@ class Child:
 
     def spawn(self) -> None:
         """Start the process and send it what to serve; ``handshake`` waits until it serves (so
-        a pool starts its children at once, and a spare starts ahead of its use)."""
+        a pool starts its children at once, and a spare starts ahead of its use). With a
+        ``zygote``, the process is a fork of it, already serving."""
         self.kill()
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tensorgym.hardware.child", str(theirs.fileno())],
-                stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=env,
-                start_new_session=True)
-        finally:
-            theirs.close()
-        self.conn = Connection(ours.detach())
+        if self.zygote is not None:
+            self.proc, self.conn = self.zygote.fork()
+        else:
+            self.proc, self.conn = launch("tensorgym.hardware.child", self.factory, self.args)
         self.owner = os.getpid()
         self.busy = False
         self._answer = None
-        try:
-            self.conn.send(list(sys.path))  # first, so the factory unpickles as it would here
-            self.conn.send((self.factory, self.args))
-        except OSError:
-            pass  # it died at once: the handshake says so
 
     def handshake(self, timeout: float = 120.0) -> None:
         try:
@@ -260,15 +275,26 @@ def _exit_with_parent() -> None:
 def serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
+    server = build_server(conn)
+    if server is not None:
+        serve_object(conn, server)
+
+
+def build_server(conn: Connection) -> Any:
+    """The object the parent sends to serve, or None (the parent heard why, or is gone)."""
     try:
         sys.path[:] = conn.recv()
         factory, args = conn.recv()
-        server = factory(*args)
+        return factory(*args)
     except EOFError:
-        return
+        return None
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
-        return
+        return None
+
+
+def serve_object(conn: Connection, server: Any) -> None:
+    """Answer the parent's calls on ``server`` until the pipe closes."""
     if hasattr(server, "notify"):
         server.notify = lambda note: conn.send(("progress", note))
     conn.send(("ok", None))

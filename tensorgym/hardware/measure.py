@@ -41,6 +41,7 @@ from .host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
 from .worker import KernelWorker, first_run_limit
+from .zygote import Zygote
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,10 @@ class Measurer:
         # the driver of a Ray cluster needs no device of its own
         self.runtime = self.target_info.runtime(**runtime_kwargs) if self._ray is None else None
         self._builders: Optional[ChildPool] = None
+        # workers fork from a zygote where the runtime survives a fork (zygote.py says why)
+        self._zygote = Zygote(KernelWorker, self.target, runtime_kwargs, self.options.seed,
+                              name="measurement zygote") \
+            if self.target == "cpu" and self._ray is None else None
         self._worker = self._new_worker()
         self._spare: Optional[Child] = None  # started ahead once a first run had to be stopped
         self._want_spare = False
@@ -417,6 +422,8 @@ class Measurer:
               opts: MeasureOptions) -> tuple[RunResult, tuple[float, float]]:
         worker = self._worker
         if not worker.alive or worker.calls >= opts.recycle_after:
+            if self._zygote is not None:  # the fork inherits the inputs and reference output
+                self._zygote.call("warm", workload)
             worker.start()  # before taking the lock: starting takes a moment
         with self._timer_lock.exclusive():
             start = time.time()
@@ -448,7 +455,7 @@ class Measurer:
 
     def _new_worker(self) -> Child:
         return Child(KernelWorker, self.target, self.runtime_kwargs, self.options.seed,
-                     name="measurement worker")
+                     name="measurement worker", zygote=self._zygote)
 
     def _start_spare(self) -> None:
         try:
@@ -469,7 +476,7 @@ class Measurer:
         """While the worker runs a job: the result of stopping its kernel's first run, once that
         has gone on past ``first_run_limit``; None when the job answered (or got past its first
         run, or ran out of ``timeout``) first. The kernel ran at least the seconds given."""
-        limit = first_run_limit(opts)
+        limit = first_run_limit(opts, "spawn" if self._zygote is None else "fork")
         if not limit:
             return None
         worker, end = self._worker, time.monotonic() + opts.timeout
@@ -492,6 +499,8 @@ class Measurer:
         self._worker.kill()
         if self._spare is not None:
             self._spare.kill()
+        if self._zygote is not None:
+            self._zygote.close()
         if self._builders is not None:
             self._builders.close()
             self._builders = None

@@ -70,8 +70,10 @@ class Reference:
 # (``min_repeat_ms``): a shorter one saves little by stopping.
 COLD_MARGIN = 2.0
 # A first run that outlasts its bound that way is stopped from outside once it has run this long:
-# stopping it kills the worker, and a new one takes ~0.3 s to start (imports, inputs).
-KILL_AFTER_S = 0.25
+# stopping it kills the worker, and a new one takes ~0.25 s to start (imports, inputs), or a few
+# milliseconds as a fork of a zygote (``tensorgym.hardware.zygote``), cold: its first parallel
+# region starts the thread pool.
+KILL_AFTER_S = {"spawn": 0.25, "fork": 0.05}
 
 
 def cold_run_lost(first: float, opts) -> bool:
@@ -90,13 +92,13 @@ def contends(fastest: float, opts) -> bool:
     return fastest <= opts.stop_slower_than / opts.early_stop
 
 
-def first_run_limit(opts) -> float:
+def first_run_limit(opts, start: str = "spawn") -> float:
     """Seconds after which the parent stops a kernel's first run by killing the worker (0:
-    never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S, since a
-    new worker costs about that much to start."""
+    never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S of how
+    a new worker starts (``start``), since a new worker costs about that much."""
     if opts.stop_slower_than <= 0:
         return 0.0
-    return max(COLD_MARGIN * opts.stop_slower_than, opts.min_repeat_ms / 1e3, KILL_AFTER_S)
+    return max(COLD_MARGIN * opts.stop_slower_than, opts.min_repeat_ms / 1e3, KILL_AFTER_S[start])
 
 
 def run_job(runtime, reference: Reference, workload, program, binary, opts,
@@ -202,6 +204,11 @@ class KernelWorker:
         self.runtime = get_runtime(target, **runtime_kwargs)
         self.reference = Reference(seed)
         self.notify: "Callable[[tuple], None] | None" = None  # set by ``child.serve``
+
+    def warm(self, workload) -> None:
+        """Compute ``workload``'s inputs and reference output now (in a zygote: once, for every
+        worker forked from it later)."""
+        self.reference.get(workload)
 
     def run(self, workload, program, binary, opts) -> RunResult:
         return run_job(self.runtime, self.reference, workload, program, binary, opts,
