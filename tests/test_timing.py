@@ -50,11 +50,12 @@ def test_a_phase_timed_while_the_speed_moved_is_taken_again_and_flagged():
     try:
         results = m.measure(W, CONFIGS[:2])
         assert all(r.ok and r.extra["drift"] > 0 for r in results)
-        # before and after, then after the re-take (which starts from the first's end)
-        assert len(m._drift.history) == 3
+        # before, after and a second look; then the re-take's end and a second look (the
+        # re-take starts from the first phase's last calibration)
+        assert len(m._drift.history) == 5
         n = len(m._drift.history)
         m.confirm(W, results[0])  # right after the phase: its end calibration is used again
-        assert len(m._drift.history) == n + 2  # its phase and re-take: only their ends timed
+        assert len(m._drift.history) == n + 4  # its phase and re-take: ends and second looks
     finally:
         m.close()
     quiet = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, calibrate=False))
@@ -63,6 +64,28 @@ def test_a_phase_timed_while_the_speed_moved_is_taken_again_and_flagged():
         assert quiet._drift.history == []
     finally:
         quiet.close()
+
+
+def test_a_change_of_speed_that_a_second_look_does_not_see_is_not_taken_again():
+    m = Measurer("cpu", MeasureOptions(repeat=2, max_repeat=2, min_repeat_ms=1))
+    looks = iter([1e-4, 1.5e-4, 1.04e-4])  # start, a blip at the end, the second look
+    m._calibration_time = lambda: next(looks)
+    try:
+        results = m.measure(W, CONFIGS[:2])
+        assert all(r.ok and "drift" not in r.extra for r in results)
+        assert m._drift.history == [1e-4, 1.5e-4, 1.04e-4]  # no re-take: nothing more timed
+    finally:
+        m.close()
+    m = Measurer("cpu", MeasureOptions(repeat=2, max_repeat=2, min_repeat_ms=1))
+    # a change that a second look sees too; then the re-take's (from 1.45e-4) the same way
+    looks = iter([1e-4, 1.5e-4, 1.45e-4, 2.0e-4, 2.1e-4])
+    m._calibration_time = lambda: next(looks)
+    try:
+        results = m.measure(W, CONFIGS[:2])
+        assert all(r.ok and r.extra["drift"] == pytest.approx(2.1 / 1.45) for r in results)
+        assert len(m._drift.history) == 5
+    finally:
+        m.close()
 
 
 def test_the_envs_best_is_always_confirmed(tmp_path, measurer):
