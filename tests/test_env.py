@@ -191,10 +191,12 @@ def test_reconfirm_times_the_top_configs_again_without_trials_or_records(measure
     trials, n_records, timed = u.trials, len(u.records), u.meter.run
     timings, confirm = [], u.measurer.confirm
     monkeypatch.setattr(u.measurer, "confirm", lambda w, r: timings.append(r) or confirm(w, r))
-    best = u.reconfirm(results + results[:2], top=2)  # duplicates count once
+    best = u.reconfirm(results + results[:2], top=2, rounds=3)  # duplicates count once
     assert best.ok and best.extra["reconfirmed"] and best.extra["confirmed"] and u.best is best
-    # the two timed again, then the faster of those once more: the figure is its own timing
-    assert len(timings) == 3 and timings[2].config.index == best.config.index
+    # the two timed again, then the faster of those 3 times more: the figure is their samples
+    assert len(timings) == 5 and {r.config.index for r in timings[2:]} == {best.config.index}
+    assert best.extra["rounds"] == 3
+    assert len(best.costs) == 3 * u.measurer.options.confirm_repeat
     assert best.costs != timings[2].costs
     top2 = {r.config.index for r in sorted(results, key=lambda r: -r.gflops)[:2]}
     assert best.config.index in top2 and best.costs != next(
