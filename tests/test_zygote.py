@@ -132,3 +132,19 @@ def test_a_cpu_measurers_worker_is_a_fork_of_its_zygote():
         assert again.ok and m._worker.proc.pid != worker
     finally:
         m.close()
+
+
+def test_without_pidfds_a_cpu_measurer_starts_its_workers_anew(monkeypatch):
+    import tensorgym.hardware.measure as measure
+    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.templates import default_config
+    from tensorgym.workloads import matmul
+
+    monkeypatch.setattr(measure, "zygote_supported", lambda: False)
+    w = matmul(32, 32, 32)
+    m = Measurer("cpu", MeasureOptions(calibrate=False))
+    try:
+        (r,) = m.measure(w, [default_config(w, "cpu")])
+        assert r.ok and m._zygote is None and _parent_of(m._worker.proc.pid) == os.getpid()
+    finally:
+        m.close()

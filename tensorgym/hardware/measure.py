@@ -42,6 +42,7 @@ from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
 from .worker import KernelWorker, first_run_limit
 from .zygote import Zygote
+from .zygote import supported as zygote_supported
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ class Measurer:
         # workers fork from a zygote where the runtime survives a fork (zygote.py says why)
         self._zygote = Zygote(KernelWorker, self.target, runtime_kwargs, self.options.seed,
                               name="measurement zygote") \
-            if self.target == "cpu" and self._ray is None else None
+            if self.target == "cpu" and self._ray is None and zygote_supported() else None
         self._worker = self._new_worker()
         self._spare: Optional[Child] = None  # started ahead once a first run had to be stopped
         self._want_spare = False

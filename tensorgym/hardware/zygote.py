@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import traceback
+from functools import lru_cache
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Optional
 
@@ -33,6 +34,20 @@ from .child import ChildDied, ChildError, _exit_with_parent, build_server, launc
 
 # The zygote forks: it must have no threads, and OpenBLAS starts its pool as numpy loads.
 ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+@lru_cache(maxsize=None)
+def supported() -> bool:
+    """Whether this system can run a zygote: fork, and pidfds (Linux 5.3 or later). Where it
+    cannot, workers start anew: the same measurements, slower restarts."""
+    if not (hasattr(os, "fork") and hasattr(os, "pidfd_open")
+            and hasattr(signal, "pidfd_send_signal")):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
 
 
 class ForkedProcess:
