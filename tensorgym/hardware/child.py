@@ -96,7 +96,10 @@ class Child:
         ``zygote``, the process is a fork of it, already serving."""
         self.kill()
         if self.zygote is not None:
-            self.proc, self.conn = self.zygote.fork()
+            try:
+                self.proc, self.conn = self.zygote.fork()
+            except ChildError as e:
+                raise ChildDied(f"the {self.name} process did not start: {e}") from None
         else:
             self.proc, self.conn = launch("tensorgym.hardware.child", self.factory, self.args)
         self.owner = os.getpid()

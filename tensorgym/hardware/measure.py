@@ -437,7 +437,10 @@ class Measurer:
         worker = self._worker
         if not worker.alive or worker.calls >= opts.recycle_after:
             if self._zygote is not None:  # the fork inherits the inputs and reference output
-                self._zygote.call("warm", workload)
+                try:
+                    self._zygote.call("warm", workload)
+                except ChildError:  # the job computes them itself, and reports what fails
+                    pass
             worker.start()  # before taking the lock: starting takes a moment
         with self._timer_lock.exclusive():
             start = time.time()
