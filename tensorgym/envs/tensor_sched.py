@@ -310,7 +310,7 @@ class TensorSchedEnv(gym.Env):
         return self._measure_valid(configs)
 
     def reconfirm(self, results: Sequence[MeasureResult], top: int = 3,
-                  rounds: int = 5) -> Optional[MeasureResult]:
+                  rounds: int = 3) -> Optional[MeasureResult]:
         """The best of ``results`` as this machine runs it now: the ``top`` fastest distinct
         configs timed again, one confirmation each (``Measurer.confirm``), and the fastest of
         those timed ``rounds`` times more, each a confirmation of its own, its samples all
@@ -318,9 +318,10 @@ class TensorSchedEnv(gym.Env):
         becomes ``best``. A tune that reports it reports a figure of its end, not of minutes
         earlier when the machine may have run at another speed; a figure independent of the
         choice among the ``top``, which the fastest of their noisy timings would overstate; and
-        one spread over several loads and about a second, as a re-measurement is: one
-        confirmation alone (~0.1 s) caught a slow moment of this machine 1 time in 12, 27% off
-        a re-measurement right after it. Not trials, nor records; the time goes to the meter.
+        one spread over several loads, as a re-measurement is: one confirmation alone (~0.1 s)
+        can catch a slow moment of this machine (1 in 12 tries read 27% below a re-measurement
+        right after it; 5 rounds read 6% below). Each round costs ~0.15 s. Not trials, nor
+        records; the time goes to the meter.
         In replay mode (nothing to time) or when every re-timing fails: the fastest as it is."""
         ranked: dict[int, MeasureResult] = {}
         for r in sorted((r for r in results if r.ok), key=lambda r: -r.gflops):
