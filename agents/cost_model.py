@@ -60,6 +60,10 @@ class XGBoostCostModel:
         self.feature_mode = feature_mode
         self.n_rounds = n_rounds
         self.seed = seed
+        # nthread 1 by default: with 2 on 2 cores a fit was 24% faster alone, but 128-trial
+        # matmul tunes took 0.151 s per trial instead of 0.128 (3 seeds, interleaved): XGBoost's
+        # OpenMP threads spin on after each call, on the core the feature helper and the
+        # measurement worker need next
         self.params = {
             "max_depth": max_depth, "eta": eta, "min_child_weight": min_child_weight,
             "subsample": subsample, "seed": seed, "nthread": nthread, "verbosity": 0,
