@@ -71,6 +71,9 @@ class Child:
     """One helper process serving the object ``factory(*args)`` (or, with a ``zygote``, a fork
     of the zygote's own such object: ``tensorgym.hardware.zygote``)."""
 
+    module = "tensorgym.hardware.child"  # what the process runs (``python -m``)
+    env: dict = {}  # and with which variables besides the caller's
+
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child",
                  zygote: "Zygote | None" = None) -> None:
         self.factory, self.args, self.name, self.zygote = factory, args, name, zygote
@@ -101,7 +104,7 @@ class Child:
             except ChildError as e:
                 raise ChildDied(f"the {self.name} process did not start: {e}") from None
         else:
-            self.proc, self.conn = launch("tensorgym.hardware.child", self.factory, self.args)
+            self.proc, self.conn = launch(self.module, self.factory, self.args, self.env)
         self.owner = os.getpid()
         self.busy = False
         self._answer = None

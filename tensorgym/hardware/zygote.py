@@ -30,10 +30,12 @@ from functools import lru_cache
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Optional
 
-from .child import ChildDied, ChildError, _exit_with_parent, build_server, launch, serve_object
+from .child import (Child, ChildDied, ChildError, ChildTimeout, _exit_with_parent,
+                    build_server, serve_object)
 
 # The zygote forks: it must have no threads, and OpenBLAS starts its pool as numpy loads.
 ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+FORK, REAP = "__fork__", "__reap__"  # the zygote's own calls
 
 
 @lru_cache(maxsize=None)
@@ -87,55 +89,20 @@ class ForkedProcess:
             os.close(self._pidfd)
 
 
-class Zygote:
-    """A process serving ``factory(*args)`` that forks copies of itself (``fork``); ``call``
-    runs a method on its own copy, e.g. to compute what every later fork should inherit."""
+class Zygote(Child):
+    """A ``Child`` serving ``factory(*args)`` that also forks copies of itself (``fork``); its
+    own calls compute what every later fork should inherit. It reserves the method names
+    ``FORK`` and ``REAP``."""
+
+    module = "tensorgym.hardware.zygote"
+    env = ZYGOTE_ENV
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "zygote") -> None:
-        self.factory, self.args, self.name = factory, args, name
-        self.proc = None
-        self.conn: Optional[Connection] = None
-        self.owner = os.getpid()
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self, timeout: float = 120.0) -> None:
-        self.close()
-        self.proc, self.conn = launch("tensorgym.hardware.zygote", self.factory, self.args,
-                                      env=ZYGOTE_ENV)
-        self.owner = os.getpid()
-        try:
-            if not self.conn.poll(timeout):
-                raise ChildDied(f"no answer within {timeout:g} s")
-            status, value = self.conn.recv()
-        except (EOFError, OSError, ChildDied) as e:
-            self.close()
-            raise ChildDied(f"the {self.name} process did not start: {e}") from None
-        if status != "ok":
-            self.close()
-            raise ChildDied(f"the {self.name} process did not start:\n{value}")
-
-    def _ask(self, *message: Any) -> Any:
-        if not self.alive:
-            self.start()
-        try:
-            self.conn.send(message)
-            status, value = self.conn.recv()
-        except (EOFError, OSError) as e:
-            self.close()
-            raise ChildDied(f"the {self.name} process is gone: {e}") from None
-        if status != "ok":
-            raise ChildError(value)
-        return value
-
-    def call(self, method: str, *args: Any) -> Any:
-        return self._ask("call", method, args)
+        super().__init__(factory, *args, name=name)
 
     def fork(self) -> tuple[ForkedProcess, Connection]:
         """A new fork, serving, and the parent's end of its pipe."""
-        pid = self._ask("fork")
+        pid = self.call(FORK)
         with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
             _, (conn_fd, pidfd), _, _ = socket.recv_fds(sock, 1, 2)
         return ForkedProcess(pid, pidfd, self), Connection(conn_fd)
@@ -145,27 +112,13 @@ class Zygote:
         if not self.alive:
             return None
         try:
-            return self._ask("reap", pid)
-        except (ChildDied, ChildError):
+            return self.call(REAP, pid)
+        except (ChildDied, ChildError, ChildTimeout):
             return None
 
     def close(self) -> None:
-        proc, conn = self.proc, self.conn
-        self.proc = self.conn = None
-        if proc is None or self.owner != os.getpid():
-            return
-        if conn is not None:
-            conn.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stdin.close()  # the forks' lifeline: they end too
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+        """End the zygote; closing its stdin, the forks' lifeline, ends them too."""
+        self.kill()
 
 
 # ---------------------------------------------------------------- the zygote's side
@@ -214,18 +167,14 @@ def main(conn: Connection) -> None:
         if conn not in ready:
             continue
         try:
-            kind, *rest = conn.recv()
+            method, args = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            if kind == "fork":
+            if method == FORK:
                 _fork(conn, sock, server)
                 continue
-            if kind == "reap":
-                reply = ("ok", _reap(rest[0]))
-            else:
-                method, args = rest
-                reply = ("ok", getattr(server, method)(*args))
+            reply = ("ok", _reap(*args) if method == REAP else getattr(server, method)(*args))
         except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
             reply = ("error", traceback.format_exc())
         conn.send(reply)
