@@ -24,10 +24,11 @@ from .relation import relation_rows
 FAST_MODES = ("relation", "context")
 _GROUPS = {"cpu": cpu_groups, "gpu": gpu_groups}  # template -> its nest builder
 # Below these batch sizes lowering each config is quicker than the fast path's fixed cost
-# (about 2.5 ms per ``reorder`` value on the CPU, 4 ms for a GPU kernel, whose lowering is slow;
-# ``benchmarks/bench_featurize.py`` times calls of 16 configs).
-MIN_BATCH = {"cpu": 24, "gpu": 2}
-CHUNK = 2048  # configs analysed at once: bounds memory (arrays are loops x accesses x dims x n)
+# (about 4 ms per batch on the CPU, where lowering a C6 config takes 0.45 ms; 4 ms for a GPU
+# kernel, whose lowering is slow; ``benchmarks/bench_featurize.py`` times calls of 16 configs).
+MIN_BATCH = {"cpu": 8, "gpu": 2}
+CHUNK = 512  # configs analysed at once: arrays are loops x accesses x dims x n, and past a few
+# MiB each (2048 C6 configs: ~10 MiB) an analysis runs at half the speed per config
 
 
 def supports(workload: Workload, template: str, mode: str) -> bool:

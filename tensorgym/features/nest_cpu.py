@@ -1,13 +1,14 @@
 """The CPU template's loop nest for a batch of configs: ``lower/cpu.py`` with arrays for numbers.
 
-Configs are grouped by the ``reorder`` knob; inside a group every other knob is a per-config
-array: tile factors (and so the packed block), the fused parallel loop, vectorize and unroll in loop
-kinds, ``cache_write``, ``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a
-packed copy of the operand, each where the other is not) in which statements, accesses and
-buffers exist, and where the register block starts (the first reduction loop that exists) and
-which axis's register-tile loop goes innermost (``vector_axis``) in which of two copies of a loop
-exists. Fewer groups is what makes small batches cheap: each group costs a few milliseconds of
-NumPy calls whatever its size.
+One nest holds a whole batch, and every knob is a per-config array: the loop order
+(``reorder``) in which tile loop sits at each place of the nest, tile factors (and so the packed
+block), the fused parallel loop, vectorize and unroll in loop kinds, ``cache_write``,
+``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a packed copy of the
+operand, each where the other is not) in which statements, accesses and buffers exist, and where
+the register block starts (the first reduction loop that exists) and which axis's register-tile
+loop goes innermost (``vector_axis``) in which of two copies of a loop exists. One nest is what
+makes the annealer's batches cheap: an analysis costs a few milliseconds of NumPy calls, and
+grows slowly with the batch.
 """
 from __future__ import annotations
 
@@ -33,12 +34,11 @@ class TileLoop(NamedTuple):
     axis: te.IterVar
     level: int
     on: "np.ndarray | bool" = True  # where the loop is in this place
-    outside: bool = False  # the copy outside the register block (see ``build``)
-    last: bool = False  # the copy innermost in its tile group (``vector_axis``)
 
 
 def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.ndarray, Nest]]:
-    """(indices into ``configs``, their nest) for every loop order among ``configs``."""
+    """(indices into ``configs``, their nest): one nest for the whole batch, every loop order
+    among ``configs`` included (see ``_CpuNest``)."""
     op = workload.output.op
     spatial = [ax for ax in op.axes if ax.extent > 1]
     reduce = [ax for ax in op.reduce_axes if ax.extent > 1]
@@ -55,18 +55,14 @@ def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.n
     vector_axes = np.array([v.get("vector_axis") for v in values], object)
     for name in set(vector_axes.tolist()) - names - {None}:
         raise Unsupported(f"vector_axis {name!r} is no tiled axis of {workload.label}")
-    orders: dict[tuple, list[int]] = {}
-    for i, v in enumerate(values):
-        orders.setdefault(tuple(v["reorder"]), []).append(i)
-    out = []
-    for order, idx in orders.items():
+    orders: dict[tuple, int] = {}
+    order_id = np.array([orders.setdefault(tuple(v["reorder"]), len(orders)) for v in values])
+    for order in orders:
         if sorted(order) != sorted(TILE_GROUPS):
             raise Unsupported(f"reorder {order} is not an order of {TILE_GROUPS}")
-        idx = np.array(idx)
-        cpu = _CpuNest(workload, order, spatial, reduce, {ax: f[idx] for ax, f in factors.items()},
-                       {k: v[idx] for k, v in knobs.items()}, vector_axes[idx])
-        out.append((idx, cpu.build()))
-    return out
+    cpu = _CpuNest(workload, list(orders), order_id, spatial, reduce, factors, knobs,
+                   vector_axes)
+    return [(np.arange(len(configs)), cpu.build())]
 
 
 def _on(mask: np.ndarray) -> "np.ndarray | bool":
@@ -79,9 +75,34 @@ def _where(mask: np.ndarray) -> "np.ndarray | bool | None":
     return True if mask.all() else (mask if mask.any() else None)
 
 
+class _Place(NamedTuple):
+    """One place of the nest: the loop each config has there (``loops``' ``on`` masks are
+    disjoint; a config whose mask is off everywhere has no loop there, an absent loop of
+    extent 1). ``var`` names the place's loop variable."""
+
+    var: str
+    loops: tuple
+
+
+def _places(prefix: str, per_order: list[list[TileLoop]]) -> list[_Place]:
+    """The places of one part of the nest (outside or inside the register block): the i-th
+    loop of every loop order's list shares the i-th place."""
+    width = max((len(loops) for loops in per_order), default=0)
+    return [_Place(f"{prefix}{i}", tuple(loops[i] for loops in per_order if i < len(loops)))
+            for i in range(width)]
+
+
 class _CpuNest:
-    def __init__(self, workload: Workload, order: tuple, spatial: list, reduce: list,
-                 factors: dict, knobs: dict, vector_axes: np.ndarray) -> None:
+    """The nest of a batch of configs of any loop orders. Each order puts the tile loops in
+    its own sequence, outside the register block (``outer``) and inside it (``block``); the
+    nest has a *place* per position of those sequences, and at each place every config has the
+    loop its order puts there, or none (extent 1, which lowering leaves out). A config so sees
+    exactly its own order's loops, in its order; one analysis serves the whole batch, since the
+    analysis's cost is mostly fixed per nest and barely grows with the batch."""
+
+    def __init__(self, workload: Workload, orders: list[tuple], order_id: np.ndarray,
+                 spatial: list, reduce: list, factors: dict, knobs: dict,
+                 vector_axes: np.ndarray) -> None:
         self.w, self.spatial, self.reduce = workload, spatial, reduce
         self.f, self.knobs = factors, knobs
         self.n = n = len(knobs["parallel"])
@@ -95,40 +116,59 @@ class _CpuNest:
         self.fused_ext = np.prod(kept, axis=0) if kept else np.ones(n, np.int64)
         self.fused_inner = [np.prod(kept[i + 1:], axis=0) if kept[i + 1:] else np.ones(n, np.int64)
                             for i in range(len(kept))]
-        # lowering's register block starts at the first reduction loop that exists: the tile
-        # groups between the two reduction groups are outside it when the first has no loop,
-        # so their loops get two places, each where the other is not
         groups = {f"S{lv}": [TileLoop(ax, lv) for ax in spatial] for lv in range(3)}
         # the vector axis's register-tile loop goes innermost in its group: a second copy there
         first = [(ax, _where(vector_axes != ax.name)) for ax in spatial]
         last = [(ax, _where(vector_axes == ax.name)) for ax in spatial]
         groups["S2"] = ([TileLoop(ax, 2, on) for ax, on in first if on is not None]
-                        + [TileLoop(ax, 2, on, last=True) for ax, on in last if on is not None])
+                        + [TileLoop(ax, 2, on) for ax, on in last if on is not None])
         groups.update({f"R{lv}": [TileLoop(ax, lv) for ax in reduce] for lv in range(2)})
-        r1, r2 = (order.index(g) for g in order if g[0] == "R")
-        from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
-        floating = [lp for g in order[r1 + 1:r2] for lp in groups[g]]
-        self.outer = (groups["S0"] + [lp for g in order[:r1] for lp in groups[g]]
-                      + [lp._replace(on=lp.on & ~from_r1, outside=True) for lp in floating])
-        self.block = (groups[order[r1]] + [lp._replace(on=lp.on & from_r1) for lp in floating]
-                      + [lp for g in order[r2:] for lp in groups[g]])
-        self.copies: dict[tuple, list[str]] = {}  # (axis, level) -> the variables of its loops
-        for lp in self.outer + self.block:
-            self.copies.setdefault((lp.axis, lp.level), []).append(self.var(lp))
+        outers, blocks = [], []
+        for o, order in enumerate(orders):
+            mine = order_id == o
+            # lowering's register block starts at the first reduction loop that exists: the tile
+            # groups between the two reduction groups are outside it when the first has no
+            # loop, so their loops get two places, each where the other is not
+            r1, r2 = (order.index(g) for g in order if g[0] == "R")
+            from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
+            floating = [lp for g in order[r1 + 1:r2] for lp in groups[g]]
+            outer = (groups["S0"] + [lp for g in order[:r1] for lp in groups[g]]
+                     + [lp._replace(on=lp.on & ~from_r1) for lp in floating])
+            block = (groups[order[r1]] + [lp._replace(on=lp.on & from_r1) for lp in floating]
+                     + [lp for g in order[r2:] for lp in groups[g]])
+            outers.append([lp._replace(on=mine & lp.on) for lp in outer])
+            blocks.append([lp._replace(on=mine & lp.on) for lp in block])
+        self.outer = _places("o", outers)
+        self.block = _places("b", blocks)
+        # the register tile's spatial loops, in block order: the accumulator's dimensions and
+        # the loops of its zeroing and write-back nests
+        inner = [[lp for lp in loops if not lp.axis.reduce] for loops in blocks]
+        self.inner = _places("i", inner)
+        self.acc_at = [{} for _ in self.inner]  # dimension -> {block place: where it is there}
+        for o, loops in enumerate(blocks):
+            spatial_at = [j for j, lp in enumerate(loops) if not lp.axis.reduce]
+            for d, j in enumerate(spatial_at):
+                var = self.block[j].var
+                self.acc_at[d][var] = self.acc_at[d].get(var, False) | (order_id == o)
+        self.exts = {p.var: self._place_ext(p) for p in self.outer + self.block + self.inner}
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
 
-    def ext(self, loop: TileLoop) -> np.ndarray:
+    def _loop_ext(self, loop: TileLoop) -> np.ndarray:
+        """The extent of ``loop`` where it is (its ``on``)."""
         ax, level = loop.axis, loop.level
         if not ax.reduce and level == 0:  # a fused loop is no loop of its own
-            e = np.where(self.fused[self.spatial.index(ax)], 1, self.f[ax][:, 0])
-        else:
-            e = self.f[ax][:, level]
-        return e if loop.on is True else np.where(loop.on, e, 1)
+            return np.where(self.fused[self.spatial.index(ax)], 1, self.f[ax][:, 0])
+        return self.f[ax][:, level]
 
-    @staticmethod
-    def var(loop: TileLoop) -> str:
-        return (f"{loop.axis.name}.{loop.level}" + ("v" if loop.last else "")
-                + ("'" if loop.outside else ""))
+    def _place_ext(self, place: _Place) -> np.ndarray:
+        e = np.ones(self.n, np.int64)
+        for lp in place.loops:
+            e = np.where(lp.on, self._loop_ext(lp), e)
+        return e
+
+    def ext(self, place: _Place, on: "np.ndarray | bool" = True) -> np.ndarray:
+        e = self.exts[place.var]
+        return e if on is True else np.where(on, e, 1)
 
     def axis_index(self, ax, c: int = 1) -> tuple[dict, list]:
         """``c`` times the index of axis ``ax``: sum over its loops of loop * level stride."""
@@ -146,34 +186,46 @@ class _CpuNest:
 
     def _axis_index(self, ax, levels=None) -> tuple[dict, list]:
         f = self.f[ax]
+        levels = range(f.shape[1]) if levels is None else levels
+        block = f[:, -1] if 2 not in levels and f.shape[1] == 3 else 1
+        coeffs = {level: np.prod(f[:, level + 1:], axis=1) // block for level in levels}
         affine, opaque = {}, []
-        block = f[:, -1] if levels is not None and 2 not in levels else 1
-        for level in range(f.shape[1]) if levels is None else levels:
-            coeff = np.prod(f[:, level + 1:], axis=1) // block
-            for var in self.copies[ax, level]:
-                affine[var] = coeff
-            if not ax.reduce and level == 0:
-                i = self.spatial.index(ax)
-                fused = self.fused[i]
-                affine["fused"] = coeff * (fused & (self.n_par == 1))  # the fused loop itself
-                part = Mod(Div(Var("fused"), self.fused_inner[i]), f[:, 0], on=~self.first[i])
-                opaque.append((coeff, part, fused & (self.n_par >= 2)))
+        for place in self.outer + self.block + self.inner:
+            mine = [lp for lp in place.loops if lp.axis is ax and lp.level in coeffs]
+            if mine:
+                affine[place.var] = sum(np.where(lp.on, coeffs[lp.level], 0) for lp in mine)
+        if not ax.reduce and 0 in coeffs:
+            i = self.spatial.index(ax)
+            fused, coeff = self.fused[i], coeffs[0]
+            affine["fused"] = coeff * (fused & (self.n_par == 1))  # the fused loop itself
+            part = Mod(Div(Var("fused"), self.fused_inner[i]), f[:, 0], on=~self.first[i])
+            opaque.append((coeff, part, fused & (self.n_par >= 2)))
         return affine, opaque
 
-    def annotate(self, loops: list, unroll: "np.ndarray | None" = None) -> list[tuple]:
+    def _spatial(self, place: _Place) -> np.ndarray:
+        """Where the loop at ``place`` is a spatial one."""
+        out = np.zeros(self.n, bool)
+        for lp in place.loops:
+            if not lp.axis.reduce:
+                out |= lp.on
+        return out
+
+    def annotate(self, places: list[_Place], unroll: "np.ndarray | None" = None,
+                 on: "np.ndarray | bool" = True) -> list[tuple]:
         """``lower/cpu._annotate``: vectorize the innermost loop if spatial, then unroll inner
         loops while the product of their extents stays within ``unroll`` (per config; default
-        ``unroll_max_step``)."""
-        if not loops:
+        ``unroll_max_step``); ``on``: where the loops are at all."""
+        if not places:
             return []
         n = self.n
-        exts = np.stack([self.ext(lp) for lp in loops])
+        exts = np.stack([self.ext(p, on) for p in places])
         present = exts > 1
-        last = len(loops) - 1 - np.argmax(present[::-1], axis=0)  # the innermost that exists
-        spatial = np.array([not lp.axis.reduce for lp in loops])
-        vec = (self.knobs["vectorize"] & present.any(axis=0) & spatial[last]
-               & (exts[last, np.arange(n)] <= MAX_VECTOR_LANES))
-        vec = vec & (np.arange(len(loops))[:, None] == last)
+        last = len(places) - 1 - np.argmax(present[::-1], axis=0)  # the innermost that exists
+        spatial = np.stack([self._spatial(p) for p in places])
+        cols = np.arange(n)
+        vec = (self.knobs["vectorize"] & present.any(axis=0) & spatial[last, cols]
+               & (exts[last, cols] <= MAX_VECTOR_LANES))
+        vec = vec & (np.arange(len(places))[:, None] == last)
         # the steps of the loops from the innermost out only grow: unrolling stops at the first
         # loop past the budget
         steps = _prefix(np.where(present & ~vec, exts, 1)[::-1], np.multiply)[::-1]
@@ -181,7 +233,7 @@ class _CpuNest:
         unrolled = present & ~vec & (steps <= unroll) & (unroll > 0)
         kinds = np.where(vec, KIND["vectorized"], np.where(unrolled, KIND["unrolled"],
                                                            KIND["serial"]))
-        return [(self.var(lp), e, k) for lp, e, k in zip(loops, exts, kinds)]
+        return [(p.var, e, k) for p, e, k in zip(places, exts, kinds)]
 
     def build(self) -> Nest:
         w, n, knobs = self.w, self.n, self.knobs
@@ -190,13 +242,22 @@ class _CpuNest:
         producers = [t for t in te.input_tensors(out_t) if isinstance(t.op, te.ComputeOp)]
         bufs = {t: buffer(t, n) for t in [*w.inputs, out_t]}
         bufs.update({t: buffer(t, n, on=~inline) for t in producers})  # materialised copies
-        inner_spatial = [lp for lp in self.block if not lp.axis.reduce]
 
         out_buf = bufs[out_t]
         out_idx = [self.axis_index(ax) for ax in out_t.op.axes]
-        acc = Buf("acc", np.stack([self.ext(lp) for lp in inner_spatial] or [np.ones(n, np.int64)],
-                                  axis=1), "local", cache_write)
-        acc_idx = [({self.var(lp): 1}, []) for lp in inner_spatial] or [({}, [])]
+        # the accumulator holds the register tile's spatial loops in block order, row-major; as
+        # one dimension it is cheaper to analyse and the same: its loops run innermost first, so
+        # the running ones are always its last dimensions
+        exts = [self.ext(p) for p in self.inner]
+        strides = _prefix(np.stack([np.ones(n, np.int64)] + exts[:0:-1]), np.multiply)[::-1]
+        acc = Buf("acc", (strides[0] * exts[0] if exts else np.ones(n, np.int64))[:, None],
+                  "local", cache_write)
+        acc_terms: dict = {}
+        for d, p in enumerate(self.inner):  # its place in the block, and in the inner nests
+            acc_terms[p.var] = strides[d]
+            for var, at in self.acc_at[d].items():
+                acc_terms[var] = acc_terms.get(var, 0) + np.where(at, strides[d], 0)
+        acc_idx = [(acc_terms, [])]
         ops = operands(w)
         packed = knobs["packed"]
         packed_t = None  # the operand packed in some configs: a packed copy of it where it is
@@ -235,15 +296,14 @@ class _CpuNest:
                        *operand_reads], flops=2)
         writeback = Stmt([access(out_buf, out_idx, writes=1), access(acc, acc_idx, reads=1)],
                          on=cache_write)
-        wb_loops = [lp._replace(on=lp.on & cache_write) for lp in inner_spatial]
         # lowering never unrolls the accumulator's zeroing and write-back nests
-        block_body = (nest(self.annotate(inner_spatial,
+        block_body = (nest(self.annotate(self.inner,
                                          np.where(cache_write, 0, self.knobs["unroll"])), [init])
                       + nest(self.annotate(self.block), [update])
-                      + nest(self.annotate(wb_loops, np.zeros(n, np.int64)), [writeback]))
+                      + nest(self.annotate(self.inner, np.zeros(n, np.int64), on=cache_write),
+                             [writeback]))
         body = nest([("fused", self.fused_ext, KIND["parallel"])]
-                    + [(self.var(lp), self.ext(lp), KIND["serial"]) for lp in self.outer],
-                    block_body)
+                    + [(p.var, self.ext(p), KIND["serial"]) for p in self.outer], block_body)
         stages = [loop for t in producers for loop in self.copy_stage(t, bufs, ~inline)]
         args = [b for t in (*w.inputs, out_t)
                 for b in ([bufs[t], packed_buf] if t is packed_t else [bufs[t]])]
