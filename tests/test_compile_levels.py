@@ -1,10 +1,11 @@
 """The CPU runtime's LLVM levels: kernels built at every level its policy may choose are correct,
-and compile_info names the level that built a kernel."""
+and compile_info names the levels that built a kernel."""
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from tensorgym.hardware.cpu import LARGE_SOURCE_LINES, CPURuntime, _target_machine
+from tensorgym.hardware.cpu import (HUGE_SOURCE_LINES, LARGE_SOURCE_LINES, CPURuntime,
+                                   _target_machine)
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
@@ -43,6 +44,27 @@ def test_compile_info_names_the_level_that_built_the_kernel():
             assert binary != CPURuntime(codegen_level=3).compile(source, p)
     forced = CPURuntime(opt_level=2, codegen_level=2)
     assert forced.compile_info(*KERNELS[0][1:]) == {"opt_level": 2, "codegen_level": 2}
+
+
+def test_a_huge_kernel_is_built_at_o1_and_is_correct():
+    """A source of HUGE_SOURCE_LINES or more (one big unrolled block) gets the IR pipeline's O1,
+    the result says so, and the kernel still computes what NumPy does."""
+    w = conv2d(1, 16, 14, 14, 32, 3, 1, 1)
+    config = space_for(w, "cpu").get(18721918)  # unroll 512 over a cache_write block
+    p = lower(w, config)
+    source = RT.render(p)
+    assert source.count("\n") >= HUGE_SOURCE_LINES
+    assert RT.compile_info(p, source) == {"opt_level": 1, "codegen_level": 1}
+    binary = RT.compile(source, p)
+    assert binary == CPURuntime(opt_level=1).compile(source, p)
+    assert binary != CPURuntime(opt_level=3).compile(source, p)
+    m = Measurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1))
+    try:
+        (r,) = m.measure(w, [config])
+    finally:
+        m.close()
+    assert r.ok, (r.error, r.error_msg)
+    assert r.extra["compile"] == {"opt_level": 1, "codegen_level": 1}
 
 
 @pytest.mark.parametrize("codegen_level", [None, 1, 3])

@@ -36,6 +36,12 @@ _DISABLED_PASSES = "loop-load-elim,dse"
 # unrolled kernel is one big block (over 10,000 lines, "less" takes 40% off the backend's time,
 # up to 2 s). Below this size the backend is cheap and the saving a few milliseconds.
 LARGE_SOURCE_LINES = 2000
+# Sources of this many lines or more also get the IR pipeline's O1: on the 18 kernels of 20,000
+# lines or more that a 256-trial C6 tune built, O1 built in 0.62-0.89x the time of O3 (up to
+# 1.5 s less) and ran in 0.73-1.04x its time (median 1.00, interleaved); between 5,000 and 20,000
+# lines some kernels ran up to 25% slower. Such a kernel is mostly one unrolled block, where O3's
+# extra passes find little that O1's do not.
+HUGE_SOURCE_LINES = 20000
 
 
 @lru_cache(maxsize=None)
@@ -208,17 +214,18 @@ def _default_threads() -> int:
 class CPURuntime(Runtime):
     target = "cpu"
 
-    def __init__(self, num_threads: int = 0, opt_level: int = 3,
+    def __init__(self, num_threads: int = 0, opt_level: "int | None" = None,
                  codegen_level: "int | None" = None, isa: "str | None" = None) -> None:
         """``opt_level``: LLVM's IR pipeline (1-3; O1 and O2 build a few tenths faster but run up
-        to 2x slower on some kernels, see benchmarks/bench_compile.py). ``codegen_level``: the
-        backend's (1-3); None chooses per kernel (:meth:`compile_info`). ``isa``: generate code
-        for this instruction set (``ISAS``: ``avx2``, ``avx512``) instead of the host CPU's
-        own; the host must have it."""
+        to 2x slower on some kernels, see benchmarks/bench_compile.py); None chooses per kernel:
+        O3, or O1 for a source of HUGE_SOURCE_LINES or more. ``codegen_level``: the backend's
+        (1-3); None chooses per kernel (:meth:`compile_info`). ``isa``: generate code for this
+        instruction set (``ISAS``: ``avx2``, ``avx512``) instead of the host CPU's own; the host
+        must have it."""
         # 0: OMP_NUM_THREADS if set, else the cores this process may use (affinity, cgroup
         # quota), made explicit so that the device label says what the kernels really use
         self.num_threads = num_threads or _default_threads()
-        if opt_level not in (1, 2, 3) or codegen_level not in (None, 1, 2, 3):
+        if opt_level not in (None, 1, 2, 3) or codegen_level not in (None, 1, 2, 3):
             raise ValueError(f"LLVM levels are 1, 2 or 3: opt_level={opt_level!r}, "
                              f"codegen_level={codegen_level!r}")
         self.opt_level = opt_level
@@ -248,10 +255,16 @@ class CPURuntime(Runtime):
             return self.codegen_level
         return 1 if source.count("\n") >= LARGE_SOURCE_LINES else 3
 
+    def _opt_level(self, source: str) -> int:
+        if self.opt_level is not None:
+            return self.opt_level
+        return 1 if source.count("\n") >= HUGE_SOURCE_LINES else 3
+
     def compile_info(self, program: Program, source: str) -> dict:
-        """The LLVM levels :meth:`compile` builds this source at: the IR pipeline's, and the
-        backend's ("less", 1, for a source of LARGE_SOURCE_LINES lines or more)."""
-        info = {"opt_level": self.opt_level, "codegen_level": self._codegen_level(source)}
+        """The LLVM levels :meth:`compile` builds this source at: the IR pipeline's (O1 for a
+        source of HUGE_SOURCE_LINES lines or more), and the backend's ("less", 1, for a source
+        of LARGE_SOURCE_LINES lines or more)."""
+        info = {"opt_level": self._opt_level(source), "codegen_level": self._codegen_level(source)}
         return dict(info, isa=self.isa) if self.isa else info
 
     def compile(self, source: str, program: Program) -> bytes:
@@ -260,7 +273,7 @@ class CPURuntime(Runtime):
         mod.triple = llvm.get_process_triple()
         mod.data_layout = str(tm.target_data)
         mod.verify()
-        _optimize(mod, tm, self.opt_level)
+        _optimize(mod, tm, self._opt_level(source))
         return tm.emit_object(mod)
 
     def load(self, binary: Any, program: Program) -> CPUKernel:
@@ -279,5 +292,5 @@ class CPURuntime(Runtime):
         """Host assembly of the optimised module, for people who read kernels."""
         tm = _target_machine(self._codegen_level(source), self.isa)
         mod = llvm.parse_assembly(source)
-        _optimize(mod, tm, self.opt_level)
+        _optimize(mod, tm, self._opt_level(source))
         return tm.emit_assembly(mod)
