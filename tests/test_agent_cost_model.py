@@ -76,6 +76,24 @@ def test_deterministic_given_seed():
     assert np.array_equal(preds[0], preds[1])
 
 
+@pytest.mark.parametrize("loss", ["rank", "reg"])
+def test_constant_columns_change_nothing(loss):
+    """Columns constant over the training rows (half of a C6 tune's relation features) are left
+    out of the fit; the model and its predictions, also where held-out rows vary in those
+    columns, are those of a fit without them."""
+    X, y = throughput_data(5, 300)
+    rng = np.random.default_rng(0)
+    wide = np.insert(X, [0, 4, 12], 2.5, axis=1)  # three constant columns among the others
+    held_out = np.insert(X[:50], [0, 4, 12], rng.random((50, 3), np.float32), axis=1)
+    narrow = XGBoostCostModel(loss=loss, n_rounds=50)
+    padded = XGBoostCostModel(loss=loss, n_rounds=50)
+    narrow.fit(X[50:], y[50:])
+    padded.fit(wide[50:], y[50:])
+    assert np.array_equal(padded.predict(held_out), narrow.predict(X[:50]))
+    with pytest.raises(ValueError, match="trained on 15 features"):
+        padded.predict(X)
+
+
 def test_errors():
     m = XGBoostCostModel()
     with pytest.raises(RuntimeError):
