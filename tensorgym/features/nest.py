@@ -326,6 +326,7 @@ class _Analysis:
         self.best_read: dict[Buf, tuple[np.ndarray, np.ndarray]] = {}  # buf -> (execs, order)
         self._ranges: dict = {}  # memo of value_range per (expression, running loops)
         self._coeffs: dict = {}  # memo of dominant_coeff per (expression, loop variable)
+        self._opaques: dict = {}  # memo of _opaque per (expression, chain)
 
     def run(self) -> Summary:
         n, n_loops = self.n, len(self.loops)
@@ -390,53 +391,68 @@ class _Analysis:
     def _accesses(self, items: list[tuple[Access, tuple, np.ndarray]]) -> None:
         """``_Analyzer._fill_access`` for all accesses at once: for every loop of an access's
         chain, innermost first, the memory it touches below the loop, how often it runs, and
-        how far one step of the loop moves it. Arrays are (chain position, access, [dim,] n),
-        chains padded with a loop of extent 1 at index ``n_loops``."""
+        how far one step of the loop moves it. Arrays are (chain position, access, n), and per
+        index dimension (chain position, dimension, n) over the dimensions of all accesses that
+        have index terms (one without any spans 1 and moves nothing: it changes no figure);
+        chains are padded with a loop of extent 1 at index ``n_loops``."""
         n, n_loops = self.n, len(self.loops)
         if not items:
             return
         n_acc = len(items)
         k_max = max(1, *(len(chain) for _, chain, _ in items))
-        d_max = max(len(acc.affine) for acc, _, _ in items)
         slot = np.full((k_max, n_acc), n_loops)
-        shape = np.ones((n_acc, d_max, n), np.int64)
-        strides = np.zeros((n_acc, d_max, n), np.int64)
-        coeff = np.zeros((k_max, n_acc, d_max, n), np.int64)
+        dims = []  # (access, dimension), by access
+        for a, (acc, _, _) in enumerate(items):
+            kept = [d for d in range(len(acc.affine))
+                    if acc.affine[d] or (d < len(acc.opaque) and acc.opaque[d])]
+            dims += [(a, d) for d in kept or [0]]
+        of = np.array([a for a, _ in dims])
+        first_dim = np.flatnonzero(np.r_[True, of[1:] != of[:-1]])
+        shape = np.empty((len(dims), n), np.int64)
+        strides = np.empty((len(dims), n), np.int64)
+        coeff = np.zeros((k_max, len(dims), n), np.int64)
+        position: dict = {}
         for a, (acc, chain, _) in enumerate(items):
             ks = chain[::-1]
             slot[:len(ks), a] = ks
-            dims = len(acc.affine)
-            shape[a, :dims] = acc.buf.shape.T
-            strides[a, :dims] = acc.buf.strides.T
-            position = {self.loops[s].var: j for j, s in enumerate(ks)}
-            for d, terms in enumerate(acc.affine):
-                for var, c in terms.items():
-                    if var in position:
-                        coeff[position[var], a, d] = c
+        for i, (a, d) in enumerate(dims):
+            acc, chain = items[a][0], items[a][1]
+            if a not in position:
+                position[a] = {self.loops[s].var: j for j, s in enumerate(chain[::-1])}
+                buf_strides = acc.buf.strides
+            shape[i] = acc.buf.shape[:, d]
+            strides[i] = buf_strides[:, d]
+            for var, c in acc.affine[d].items():
+                j = position[a].get(var)
+                if j is not None:
+                    coeff[j, i] = c
         pad = np.ones((1, n), np.int64)
         ext = np.concatenate([self.ext, pad])[slot]
         virtual = np.concatenate([self.virtual, pad < 1])[slot]
+        ext_d = ext[:, of]
         if self.any_virtual:  # lowering's first copy of an unrolled body has the variable at 0
-            coeff *= ~virtual[:, :, None]
+            coeff *= ~virtual[:, of]
         span = np.abs(coeff)
-        span *= (ext - 1)[:, :, None]
+        span *= ext_d - 1
         _prefix(span, np.add)
         span += 1
-        distinct = _prefix(np.where(coeff != 0, ext[:, :, None], 1), np.multiply)
-        for a, (acc, chain, _) in enumerate(items):
+        distinct = _prefix(np.where(coeff != 0, ext_d, 1), np.multiply)
+        for i, (a, d) in enumerate(dims):
+            acc, chain = items[a][0], items[a][1]
             k = len(chain)
-            for d, parts in enumerate(acc.opaque):
-                for scale, e, on in parts:
-                    if np.any(on):
-                        s_o, c_o, dom = self._opaque(e, chain)
-                        span[:k, a, d] += np.where(on, np.abs(scale) * (s_o - 1), 0)
-                        distinct[:k, a, d] *= np.where(on, c_o, 1)
-                        coeff[:k, a, d] += np.where(on, scale * dom, 0)
+            for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
+                if np.any(on):
+                    if (id(e), chain) not in self._opaques:  # accesses share index parts
+                        self._opaques[id(e), chain] = self._opaque(e, chain)
+                    s_o, c_o, dom = self._opaques[id(e), chain]
+                    span[:k, i] += np.where(on, np.abs(scale) * (s_o - 1), 0)
+                    distinct[:k, i] *= np.where(on, c_o, 1)
+                    coeff[:k, i] += np.where(on, scale * dom, 0)
         np.minimum(span, shape, out=span)
         np.minimum(span, distinct, out=span)
-        touched = ELEM_BYTES * span.prod(axis=2)
+        touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
         coeff *= strides
-        stride = np.abs(coeff.sum(axis=2))
+        stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
         extent_product = _prefix(ext.copy(), np.multiply)
         on = np.array([item[2] for item in items])
         reads = np.array([acc.reads for acc, _, _ in items])[:, None]

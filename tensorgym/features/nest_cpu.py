@@ -84,11 +84,19 @@ class _Place(NamedTuple):
     loops: tuple
 
 
-def _places(prefix: str, per_order: list[list[TileLoop]]) -> list[_Place]:
+Slot = tuple  # of TileLoops with disjoint ``on``: the loop each config has at one position
+
+
+def _masked(slots: list[Slot], mask: "np.ndarray | bool") -> list[Slot]:
+    return [tuple(lp._replace(on=lp.on & mask) for lp in slot) for slot in slots]
+
+
+def _places(prefix: str, per_order: list[list[Slot]]) -> list[_Place]:
     """The places of one part of the nest (outside or inside the register block): the i-th
-    loop of every loop order's list shares the i-th place."""
-    width = max((len(loops) for loops in per_order), default=0)
-    return [_Place(f"{prefix}{i}", tuple(loops[i] for loops in per_order if i < len(loops)))
+    slot of every loop order's sequence shares the i-th place."""
+    width = max((len(slots) for slots in per_order), default=0)
+    return [_Place(f"{prefix}{i}", tuple(lp for slots in per_order if i < len(slots)
+                                         for lp in slots[i]))
             for i in range(width)]
 
 
@@ -116,13 +124,17 @@ class _CpuNest:
         self.fused_ext = np.prod(kept, axis=0) if kept else np.ones(n, np.int64)
         self.fused_inner = [np.prod(kept[i + 1:], axis=0) if kept[i + 1:] else np.ones(n, np.int64)
                             for i in range(len(kept))]
-        groups = {f"S{lv}": [TileLoop(ax, lv) for ax in spatial] for lv in range(3)}
-        # the vector axis's register-tile loop goes innermost in its group: a second copy there
-        first = [(ax, _where(vector_axes != ax.name)) for ax in spatial]
-        last = [(ax, _where(vector_axes == ax.name)) for ax in spatial]
-        groups["S2"] = ([TileLoop(ax, 2, on) for ax, on in first if on is not None]
-                        + [TileLoop(ax, 2, on) for ax, on in last if on is not None])
-        groups.update({f"R{lv}": [TileLoop(ax, lv) for ax in reduce] for lv in range(2)})
+        groups = {f"S{lv}": [(TileLoop(ax, lv),) for ax in spatial] for lv in range(2)}
+        # the vector axis's register-tile loop goes innermost in its group, the others keep
+        # their order: the i-th slot holds, per config, the axis its vector axis puts i-th
+        is_vector = [vector_axes == ax.name for ax in spatial]
+        ahead = np.cumsum([np.zeros(n, np.int64)] + is_vector, axis=0)[:-1]
+        position = [np.where(v, len(spatial) - 1, j - a)
+                    for j, (v, a) in enumerate(zip(is_vector, ahead))]
+        groups["S2"] = [tuple(TileLoop(ax, 2, on) for ax, at in zip(spatial, position)
+                              if (on := _where(at == i)) is not None)
+                        for i in range(len(spatial))]
+        groups.update({f"R{lv}": [(TileLoop(ax, lv),) for ax in reduce] for lv in range(2)})
         outers, blocks = [], []
         for o, order in enumerate(orders):
             mine = order_id == o
@@ -131,26 +143,31 @@ class _CpuNest:
             # loop, so their loops get two places, each where the other is not
             r1, r2 = (order.index(g) for g in order if g[0] == "R")
             from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
-            floating = [lp for g in order[r1 + 1:r2] for lp in groups[g]]
-            outer = (groups["S0"] + [lp for g in order[:r1] for lp in groups[g]]
-                     + [lp._replace(on=lp.on & ~from_r1) for lp in floating])
-            block = (groups[order[r1]] + [lp._replace(on=lp.on & from_r1) for lp in floating]
-                     + [lp for g in order[r2:] for lp in groups[g]])
-            outers.append([lp._replace(on=mine & lp.on) for lp in outer])
-            blocks.append([lp._replace(on=mine & lp.on) for lp in block])
+            floating = [slot for g in order[r1 + 1:r2] for slot in groups[g]]
+            outer = (groups["S0"] + [slot for g in order[:r1] for slot in groups[g]]
+                     + _masked(floating, ~from_r1))
+            block = (groups[order[r1]] + _masked(floating, from_r1)
+                     + [slot for g in order[r2:] for slot in groups[g]])
+            outers.append(_masked(outer, mine))
+            blocks.append(_masked(block, mine))
         self.outer = _places("o", outers)
         self.block = _places("b", blocks)
         # the register tile's spatial loops, in block order: the accumulator's dimensions and
         # the loops of its zeroing and write-back nests
-        inner = [[lp for lp in loops if not lp.axis.reduce] for loops in blocks]
+        inner = [[slot for slot in slots if not slot[0].axis.reduce] for slots in blocks]
         self.inner = _places("i", inner)
         self.acc_at = [{} for _ in self.inner]  # dimension -> {block place: where it is there}
-        for o, loops in enumerate(blocks):
-            spatial_at = [j for j, lp in enumerate(loops) if not lp.axis.reduce]
+        for o, slots in enumerate(blocks):
+            spatial_at = [j for j, slot in enumerate(slots) if not slot[0].axis.reduce]
             for d, j in enumerate(spatial_at):
                 var = self.block[j].var
                 self.acc_at[d][var] = self.acc_at[d].get(var, False) | (order_id == o)
-        self.exts = {p.var: self._place_ext(p) for p in self.outer + self.block + self.inner}
+        places = self.outer + self.block + self.inner
+        self.exts = {p.var: self._place_ext(p) for p in places}
+        self.loops_of = {ax: [] for ax in spatial + reduce}  # axis -> [(place's var, loop)]
+        for p in places:
+            for lp in p.loops:
+                self.loops_of[lp.axis].append((p.var, lp))
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
 
     def _loop_ext(self, loop: TileLoop) -> np.ndarray:
@@ -190,10 +207,10 @@ class _CpuNest:
         block = f[:, -1] if 2 not in levels and f.shape[1] == 3 else 1
         coeffs = {level: np.prod(f[:, level + 1:], axis=1) // block for level in levels}
         affine, opaque = {}, []
-        for place in self.outer + self.block + self.inner:
-            mine = [lp for lp in place.loops if lp.axis is ax and lp.level in coeffs]
-            if mine:
-                affine[place.var] = sum(np.where(lp.on, coeffs[lp.level], 0) for lp in mine)
+        for var, lp in self.loops_of[ax]:
+            if lp.level in coeffs:
+                term = np.where(lp.on, coeffs[lp.level], 0)
+                affine[var] = affine[var] + term if var in affine else term
         if not ax.reduce and 0 in coeffs:
             i = self.spatial.index(ax)
             fused, coeff = self.fused[i], coeffs[0]
