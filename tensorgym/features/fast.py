@@ -19,7 +19,7 @@ from .context import N_CONTEXT
 from .nest import analyze, inlined_source
 from .nest_cpu import cpu_groups
 from .nest_gpu import gpu_groups
-from .relation import relation_rows
+from .relation import RELATION_COLUMNS, relation_rows
 
 FAST_MODES = ("relation", "context")
 _GROUPS = {"cpu": cpu_groups, "gpu": gpu_groups}  # template -> its nest builder
@@ -81,7 +81,7 @@ def fast_rows(workload: Workload, configs: Sequence[Config], mode: str,
     for start in range(0, len(configs), CHUNK):
         chunk = configs[start:start + CHUNK]
         for idx, nest_ in groups(workload, chunk):
-            s = analyze(nest_)
+            s = analyze(nest_, RELATION_COLUMNS if mode == "relation" else None)
             loops = (relation_rows(s.context, s.present) if mode == "relation"
                      else _context_rows(s.context, s.present, max_loops))
             if out is None:

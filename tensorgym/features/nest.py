@@ -264,9 +264,11 @@ class Summary:
     program: np.ndarray
 
 
-def analyze(nest_: Nest) -> Summary:
-    """The context vectors and whole-program figures of every config of ``nest_``."""
-    return _Analysis(nest_).run()
+def analyze(nest_: Nest, columns: "frozenset[str] | None" = None) -> Summary:
+    """The context vectors and whole-program figures of every config of ``nest_``; with
+    ``columns`` (context column names), only those columns of the context vectors are filled
+    (the others are 0), and figures that none of them needs are not computed."""
+    return _Analysis(nest_, columns).run()
 
 
 # Arrays are loop-major, (loops, n); access arrays are (chain positions, accesses, [dims,] n).
@@ -299,18 +301,29 @@ def _rows(n: int, values: list, dtype) -> np.ndarray:
 
 @dataclass
 class _Buffer:
-    """Per-loop figures of one buffer over all its accesses, (loops, n) each."""
+    """Per-loop figures of one buffer over all its accesses, (loops, n) each (None: not
+    computed, as no column asked for needs it)."""
 
     touched: np.ndarray
     access_count: np.ndarray
-    stride: np.ndarray
-    read: np.ndarray
-    write: np.ndarray
+    stride: "np.ndarray | None"
+    read: "np.ndarray | None"
+    write: "np.ndarray | None"
+
+
+_SLOT_FIGURES = ("touched_bytes", "access_count", "stride", "read", "write")
 
 
 class _Analysis:
-    def __init__(self, nest_: Nest) -> None:
+    def __init__(self, nest_: Nest, columns: "frozenset[str] | None" = None) -> None:
         self.nest = nest_
+        self.columns = columns  # None: all
+        wanted = set(CTX) if columns is None else columns
+        self.figures = {f for f in _SLOT_FIGURES  # the per-buffer figures some column needs
+                        if any(name.startswith("slot") and name.endswith(f"_{f}")
+                               for name in wanted)}
+        if any(name.endswith("_reuse") for name in wanted):
+            self.figures |= {"touched_bytes", "access_count"}
         n = self.n = nest_.n
         self.loops: list[Loop] = []
         self.parents: list[int] = []
@@ -375,6 +388,8 @@ class _Analysis:
         columns.update(self._slot_columns())
         touched = [v for name, v in columns.items() if name.endswith("_touched_bytes")]
         columns["footprint_bytes"] = np.sum(touched, axis=0) if touched else np.zeros_like(ext)
+        if self.columns is not None:
+            columns = {name: v for name, v in columns.items() if name in self.columns}
         z = np.zeros((N_CONTEXT, n_loops, n), np.float32)
         scaled = [name for name in columns if CTX[name] not in _RAW]
         x = np.array([columns[c] for c in scaled], np.float64)
@@ -451,8 +466,9 @@ class _Analysis:
         np.minimum(span, shape, out=span)
         np.minimum(span, distinct, out=span)
         touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
-        coeff *= strides
-        stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
+        if "stride" in self.figures:
+            coeff *= strides
+            stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
         extent_product = _prefix(ext.copy(), np.multiply)
         on = np.array([item[2] for item in items])
         reads = np.array([acc.reads for acc, _, _ in items])[:, None]
@@ -471,11 +487,14 @@ class _Analysis:
             out[sorted_rows[starts]] = reduce.reduceat(values.reshape(-1, n)[order], starts, axis=0)
             return out.reshape(len(bufs), n_loops + 1, n)[:, :n_loops]
 
+        none = [None] * len(bufs)
         figures = [per_loop(touched * on, np.maximum),
                    per_loop((reads + writes) * extent_product * on, np.add),
-                   per_loop(stride * on, np.maximum),
-                   per_loop((reads > 0) & on & real, np.logical_or),
-                   per_loop((writes > 0) & on & real, np.logical_or)]
+                   per_loop(stride * on, np.maximum) if "stride" in self.figures else none,
+                   (per_loop((reads > 0) & on & real, np.logical_or)
+                    if "read" in self.figures else none),
+                   (per_loop((writes > 0) & on & real, np.logical_or)
+                    if "write" in self.figures else none)]
         for i, buf in enumerate(bufs):
             self.buffers[buf] = _Buffer(*(f[i] for f in figures))
 
@@ -575,8 +594,10 @@ class _Analysis:
                     continue
                 mine = slot == s
                 every = mine.all()
-                for name in ("touched_bytes", "access_count", "stride", "read", "write"):
+                for name in _SLOT_FIGURES:
                     value = getattr(b, name.replace("_bytes", ""))
+                    if value is None:
+                        continue
                     col = f"slot{s}_{name}"
                     columns[col] = value if every else np.where(mine, value, columns.get(col, 0))
         for s in range(len(SLOT_ROLES)):

@@ -29,6 +29,7 @@ def _pairs() -> list[tuple[str, str]]:
 
 
 RELATION_PAIRS: tuple[tuple[str, str], ...] = tuple(_pairs())
+RELATION_COLUMNS = frozenset(name for pair in RELATION_PAIRS for name in pair)  # that they read
 _I = np.array([CTX[i] for i, _ in RELATION_PAIRS])
 _J = np.array([CTX[j] for _, j in RELATION_PAIRS])
 N_RELATION = len(RELATION_PAIRS) * len(THRESHOLDS)
