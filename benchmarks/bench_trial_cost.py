@@ -11,8 +11,10 @@ Printed per version: wall seconds per trial, the best it reported, that best re-
 after its tune and again at the end beside every other run's best (median of ``--rounds``
 interleaved rounds with PyTorch each time), the ratios reported / re-measured, and the ratio of
 the re-measured best to PyTorch measured in the same rounds. The machine drifts (up to 40% in
-half an hour), so "right after" is what says whether a reported best is true. Also featurizing
-configs/s.
+half an hour), so "right after" is what says whether a reported best is true. "search %" is the
+share of the tune's wall time spent featurizing, fitting and predicting with the cost model and
+annealing (``--json``'s featurize + model + search). Also featurizing configs/s on one core, in
+one call of 2048 configs and in calls of 128 (as the annealer makes them).
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
 w = get_workload(sys.argv[1])
 configs = space_for(w, "cpu").sample(np.random.default_rng(0), int(sys.argv[2]))
+size = int(sys.argv[3])  # configs per call
 t0 = time.process_time()
-featurize(w, configs, "relation")
+for i in range(0, len(configs), size):
+    featurize(w, configs[i:i + size], "relation")
 print(len(configs) / (time.process_time() - t0))
 """
 
@@ -108,8 +112,9 @@ def main() -> None:
                           f" s/trial, reported best {doc['best_gflops']:.1f} GFLOP/s, "
                           f"{row['right_after']:.1f} re-measured right after", flush=True)
         remeasure(rows, args.threads, args.rounds)
-        feats = {v: float(run(v, versions[v], FEATURIZE, ["conv2d-C6", "2000"], tmp / "fc"))
-                 for v in versions}
+        feats = {(v, size): float(run(v, versions[v], FEATURIZE, ["conv2d-C6", "2048", size],
+                                      tmp / "fc"))
+                 for size in ("2048", "128") for v in versions}
         report(rows, feats)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
@@ -139,14 +144,14 @@ def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
 
 
 def report(rows: list[dict], feats: dict) -> None:
-    print("\n| workload | version | seed | s/trial | wall s | reported | right after | "
+    print("\n| workload | version | seed | s/trial | wall s | search % | reported | right after | "
           "reported/right after | re-measured at the end | reported/end | end/PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
         rem, now = r.get("remeasured", 0.0), r.get("right_after", 0.0)
         print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
               f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
-              f"{r['best_gflops']:.1f} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
+              f"{search_share(r)} | {r['best_gflops']:.1f} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
               f"{rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
               f"{rem / r.get('torch', float('nan')):.2f} |")
     for name in dict.fromkeys(r["workload"] for r in rows):
@@ -158,8 +163,18 @@ def report(rows: list[dict], feats: dict) -> None:
         print(f"{name}: median s/trial {spt['before']:.3f} -> {spt['after']:.3f} "
               f"({spt['before'] / spt['after']:.2f}x cheaper); mean re-measured best "
               f"{best['before']:.1f} -> {best['after']:.1f} GFLOP/s")
-    print(f"featurize conv2d-C6 relation, one core: {feats['before']:.0f} -> {feats['after']:.0f} "
-          f"configs/s ({feats['after'] / feats['before']:.2f}x)")
+    for size in ("2048", "128"):
+        before, after = feats["before", size], feats["after", size]
+        print(f"featurize conv2d-C6 relation, one core, calls of {size}: {before:.0f} -> "
+              f"{after:.0f} configs/s ({after / before:.2f}x)")
+
+
+def search_share(row: dict) -> str:
+    """Featurizing, the cost model and annealing, in % of the tune's wall time."""
+    t = row.get("time") or {}
+    if not t.get("wall"):
+        return "-"
+    return f"{100 * sum(t.get(k, 0.0) for k in ('featurize', 'model', 'search')) / t['wall']:.1f}"
 
 
 if __name__ == "__main__":
