@@ -271,7 +271,8 @@ def analyze(nest_: Nest, columns: "frozenset[str] | None" = None) -> Summary:
     return _Analysis(nest_, columns).run()
 
 
-# Arrays are loop-major, (loops, n); access arrays are (chain positions, accesses, [dims,] n).
+# Arrays are loop-major, (loops, n); access arrays are (chain positions, accesses or index
+# dimensions, n).
 
 
 def _flatten(nodes: list, chain: tuple, loops: list, parents: list, stmts: list) -> None:
@@ -319,11 +320,11 @@ class _Analysis:
         self.nest = nest_
         self.columns = columns  # None: all
         wanted = set(CTX) if columns is None else columns
-        self.figures = {f for f in _SLOT_FIGURES  # the per-buffer figures some column needs
-                        if any(name.startswith("slot") and name.endswith(f"_{f}")
-                               for name in wanted)}
-        if any(name.endswith("_reuse") for name in wanted):
-            self.figures |= {"touched_bytes", "access_count"}
+        # the per-buffer figures computed only where some column reads them (footprints and
+        # access counts always are: both feature modes read them)
+        self.optional = {f for f in ("stride", "read", "write")
+                         if any(name.startswith("slot") and name.endswith(f"_{f}")
+                                for name in wanted)}
         n = self.n = nest_.n
         self.loops: list[Loop] = []
         self.parents: list[int] = []
@@ -466,7 +467,7 @@ class _Analysis:
         np.minimum(span, shape, out=span)
         np.minimum(span, distinct, out=span)
         touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
-        if "stride" in self.figures:
+        if "stride" in self.optional:
             coeff *= strides
             stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
         extent_product = _prefix(ext.copy(), np.multiply)
@@ -490,11 +491,11 @@ class _Analysis:
         none = [None] * len(bufs)
         figures = [per_loop(touched * on, np.maximum),
                    per_loop((reads + writes) * extent_product * on, np.add),
-                   per_loop(stride * on, np.maximum) if "stride" in self.figures else none,
+                   per_loop(stride * on, np.maximum) if "stride" in self.optional else none,
                    (per_loop((reads > 0) & on & real, np.logical_or)
-                    if "read" in self.figures else none),
+                    if "read" in self.optional else none),
                    (per_loop((writes > 0) & on & real, np.logical_or)
-                    if "write" in self.figures else none)]
+                    if "write" in self.optional else none)]
         for i, buf in enumerate(bufs):
             self.buffers[buf] = _Buffer(*(f[i] for f in figures))
 

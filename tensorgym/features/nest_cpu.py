@@ -5,10 +5,11 @@ One nest holds a whole batch, and every knob is a per-config array: the loop ord
 block), the fused parallel loop, vectorize and unroll in loop kinds, ``cache_write``,
 ``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a packed copy of the
 operand, each where the other is not) in which statements, accesses and buffers exist, and where
-the register block starts (the first reduction loop that exists) and which axis's register-tile
-loop goes innermost (``vector_axis``) in which of two copies of a loop exists. One nest is what
-makes the annealer's batches cheap: an analysis costs a few milliseconds of NumPy calls, and
-grows slowly with the batch.
+the register block starts (the first reduction loop that exists) in which of two copies of a
+loop exists, and the ``vector_axis`` (whose register-tile loop goes innermost) in which axis's
+loop sits at each place of the register-tile group. One nest is what makes the annealer's
+batches cheap: an analysis costs a few milliseconds of NumPy calls, and grows slowly with the
+batch.
 """
 from __future__ import annotations
 
