@@ -13,6 +13,7 @@ batch.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -27,14 +28,6 @@ from .nest import (KIND, Buf, Div, Mod, Nest, Stmt, Unsupported, Var, _prefix, a
                    inlined_source, merge, nest, tile_factors)
 
 TILE_GROUPS = ("S1", "S2", "R0", "R1")  # the groups the ``reorder`` knob orders
-
-
-class TileLoop(NamedTuple):
-    """The loop of one tiling level of one axis, in one place of the nest."""
-
-    axis: te.IterVar
-    level: int
-    on: "np.ndarray | bool" = True  # where the loop is in this place
 
 
 def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.ndarray, Nest]]:
@@ -71,34 +64,71 @@ def _on(mask: np.ndarray) -> "np.ndarray | bool":
     return True if mask.all() else mask
 
 
-def _where(mask: np.ndarray) -> "np.ndarray | bool | None":
-    """``mask`` as a loop's ``on``: True where it holds for all configs, None for none."""
-    return True if mask.all() else (mask if mask.any() else None)
+class _Part(NamedTuple):
+    """A run of places of the nest: place i is named ``{prefix}{i}``, and ``lid[i]`` is, per
+    config, the loop it has there (an index into ``_CpuNest.loops``; ``_CpuNest.absent``: none,
+    a loop of extent 1, which lowering leaves out)."""
+
+    prefix: str
+    lid: np.ndarray  # (places, n)
+
+    def var(self, i: int) -> str:
+        return f"{self.prefix}{i}"
 
 
-class _Place(NamedTuple):
-    """One place of the nest: the loop each config has there (``loops``' ``on`` masks are
-    disjoint; a config whose mask is off everywhere has no loop there, an absent loop of
-    extent 1). ``var`` names the place's loop variable."""
+class _Layout(NamedTuple):
+    """Where each loop order puts the tile loops: per order (rows) and position (columns) of the
+    parts outside and inside the register block, a loop (``lid``: (axis, level) index, or
+    ``absent``), or the i-th loop of the register-tile group (``s2`` = i, else -1) whose axis
+    the config's vector axis decides; ``side`` 0 where the loop is always there, 1 outside the
+    block where the first reduction group has no loop, 2 inside it where it has one."""
 
-    var: str
-    loops: tuple
-
-
-Slot = tuple  # of TileLoops with disjoint ``on``: the loop each config has at one position
-
-
-def _masked(slots: list[Slot], mask: "np.ndarray | bool") -> list[Slot]:
-    return [tuple(lp._replace(on=lp.on & mask) for lp in slot) for slot in slots]
+    outer: tuple  # (lid, s2, side), each (orders, places)
+    block: tuple
+    first_reduce: np.ndarray  # (orders,) the tiling level of the order's first reduction group
+    inner: np.ndarray  # (orders, dims): the block position of the d-th spatial slot, -1: none
 
 
-def _places(prefix: str, per_order: list[list[Slot]]) -> list[_Place]:
-    """The places of one part of the nest (outside or inside the register block): the i-th
-    slot of every loop order's sequence shares the i-th place."""
-    width = max((len(slots) for slots in per_order), default=0)
-    return [_Place(f"{prefix}{i}", tuple(lp for slots in per_order if i < len(slots)
-                                         for lp in slots[i]))
-            for i in range(width)]
+@lru_cache(maxsize=64)
+def _layout(orders: tuple, n_spatial: int, n_reduce: int) -> _Layout:
+    absent = 3 * n_spatial + 2 * n_reduce
+
+    def slots(group: str) -> list[tuple]:  # (lid, s2)
+        level = int(group[1])
+        if group == "S2":
+            return [(absent, i) for i in range(n_spatial)]
+        if group[0] == "S":
+            return [(3 * i + level, -1) for i in range(n_spatial)]
+        return [(3 * n_spatial + 2 * j + level, -1) for j in range(n_reduce)]
+
+    outers, blocks, first_reduce = [], [], []
+    for order in orders:
+        # lowering's register block starts at the first reduction loop that exists: the tile
+        # groups between the two reduction groups are outside it when the first has no loop,
+        # so their loops get two places, each where the other is not
+        r1, r2 = (order.index(g) for g in order if g[0] == "R")
+        floating = [s for g in order[r1 + 1:r2] for s in slots(g)]
+        outers.append([(*s, 0) for g in ("S0", *order[:r1]) for s in slots(g)]
+                      + [(*s, 1) for s in floating])
+        blocks.append([(*s, 0) for s in slots(order[r1])] + [(*s, 2) for s in floating]
+                      + [(*s, 0) for g in order[r2:] for s in slots(g)])
+        first_reduce.append(int(order[r1][1]))
+
+    def table(rows: list[list[tuple]]) -> tuple:
+        width = max(len(r) for r in rows)
+        out = np.full((3, len(rows), width), -1, np.int64)
+        out[0] = absent
+        out[2] = 0
+        for o, r in enumerate(rows):
+            out[:, o, :len(r)] = np.array(r, np.int64).reshape(-1, 3).T
+        return tuple(out)
+
+    spatial_at = [[j for j, (lid, s2, _) in enumerate(r) if s2 >= 0 or lid < 3 * n_spatial]
+                  for r in blocks]
+    inner = np.full((len(orders), max(map(len, spatial_at))), -1, np.int64)
+    for o, js in enumerate(spatial_at):
+        inner[o, :len(js)] = js
+    return _Layout(table(outers), table(blocks), np.array(first_reduce), inner)
 
 
 class _CpuNest:
@@ -107,7 +137,9 @@ class _CpuNest:
     nest has a *place* per position of those sequences, and at each place every config has the
     loop its order puts there, or none (extent 1, which lowering leaves out). A config so sees
     exactly its own order's loops, in its order; one analysis serves the whole batch, since the
-    analysis's cost is mostly fixed per nest and barely grows with the batch."""
+    analysis's cost is mostly fixed per nest and barely grows with the batch. Loops are
+    (axis, level) indices (``loops``), places per-config arrays of them (``_Part``), so that
+    building the nest costs a few NumPy calls per part, not per loop."""
 
     def __init__(self, workload: Workload, orders: list[tuple], order_id: np.ndarray,
                  spatial: list, reduce: list, factors: dict, knobs: dict,
@@ -115,6 +147,7 @@ class _CpuNest:
         self.w, self.spatial, self.reduce = workload, spatial, reduce
         self.f, self.knobs = factors, knobs
         self.n = n = len(knobs["parallel"])
+        cols = np.arange(n)
         # the leading outer loops that exist are fused into one parallel loop
         present = [factors[ax][:, 0] > 1 for ax in spatial]
         rank = np.cumsum([np.zeros(n, np.int64)] + present, axis=0)[:-1]
@@ -125,67 +158,50 @@ class _CpuNest:
         self.fused_ext = np.prod(kept, axis=0) if kept else np.ones(n, np.int64)
         self.fused_inner = [np.prod(kept[i + 1:], axis=0) if kept[i + 1:] else np.ones(n, np.int64)
                             for i in range(len(kept))]
-        groups = {f"S{lv}": [(TileLoop(ax, lv),) for ax in spatial] for lv in range(2)}
+        # loops: (axis, level), spatial axes' three levels, then reduction axes' two
+        self.loops = [(ax, lv) for ax in spatial for lv in range(3)] + \
+                     [(ax, lv) for ax in reduce for lv in range(2)]
+        self.absent = len(self.loops)
+        self.loop_id = {(id(ax), lv): i for i, (ax, lv) in enumerate(self.loops)}
+        ext = np.ones((len(self.loops) + 1, n), np.int64)
+        for i, (ax, lv) in enumerate(self.loops):
+            ext[i] = self.f[ax][:, lv]
+        for i in range(len(spatial)):  # a fused loop is no loop of its own
+            ext[3 * i] = np.where(self.fused[i], 1, ext[3 * i])
+        self.ext_of = ext
+        self.is_spatial = np.arange(len(self.loops) + 1) < 3 * len(spatial)
+        layout = _layout(tuple(orders), len(spatial), len(reduce))
         # the vector axis's register-tile loop goes innermost in its group, the others keep
-        # their order: the i-th slot holds, per config, the axis its vector axis puts i-th
-        is_vector = [vector_axes == ax.name for ax in spatial]
-        ahead = np.cumsum([np.zeros(n, np.int64)] + is_vector, axis=0)[:-1]
-        position = [np.where(v, len(spatial) - 1, j - a)
-                    for j, (v, a) in enumerate(zip(is_vector, ahead))]
-        groups["S2"] = [tuple(TileLoop(ax, 2, on) for ax, at in zip(spatial, position)
-                              if (on := _where(at == i)) is not None)
-                        for i in range(len(spatial))]
-        groups.update({f"R{lv}": [(TileLoop(ax, lv),) for ax in reduce] for lv in range(2)})
-        outers, blocks = [], []
-        for o, order in enumerate(orders):
-            mine = order_id == o
-            # lowering's register block starts at the first reduction loop that exists: the tile
-            # groups between the two reduction groups are outside it when the first has no
-            # loop, so their loops get two places, each where the other is not
-            r1, r2 = (order.index(g) for g in order if g[0] == "R")
-            from_r1 = np.any([factors[ax][:, int(order[r1][1])] > 1 for ax in reduce], axis=0)
-            floating = [slot for g in order[r1 + 1:r2] for slot in groups[g]]
-            outer = (groups["S0"] + [slot for g in order[:r1] for slot in groups[g]]
-                     + _masked(floating, ~from_r1))
-            block = (groups[order[r1]] + _masked(floating, from_r1)
-                     + [slot for g in order[r2:] for slot in groups[g]])
-            outers.append(_masked(outer, mine))
-            blocks.append(_masked(block, mine))
-        self.outer = _places("o", outers)
-        self.block = _places("b", blocks)
+        # their order: s2_lid[i] is, per config, the loop that group has i-th
+        is_vector = np.array([vector_axes == ax.name for ax in spatial]).reshape(-1, n)
+        ahead = np.cumsum(is_vector, axis=0) - is_vector
+        position = np.where(is_vector, len(spatial) - 1, np.arange(len(spatial))[:, None] - ahead)
+        s2_lid = 3 * np.argsort(position, axis=0, kind="stable") + 2
+        level = layout.first_reduce[order_id]
+        from_r1 = (np.array([factors[ax][cols, level] for ax in reduce]) > 1).any(axis=0) \
+            if reduce else np.zeros(n, bool)
+
+        def part(prefix: str, spec: tuple) -> _Part:
+            lid, s2, side = (a[order_id].T for a in spec)  # (places, n) each
+            lid = np.where(s2 >= 0, s2_lid[np.maximum(s2, 0), cols], lid)
+            there = (side == 0) | ((side == 1) & ~from_r1) | ((side == 2) & from_r1)
+            return _Part(prefix, np.where(there, lid, self.absent))
+
+        self.outer, self.block = part("o", layout.outer), part("b", layout.block)
         # the register tile's spatial loops, in block order: the accumulator's dimensions and
-        # the loops of its zeroing and write-back nests
-        inner = [[slot for slot in slots if not slot[0].axis.reduce] for slots in blocks]
-        self.inner = _places("i", inner)
-        self.acc_at = [{} for _ in self.inner]  # dimension -> {block place: where it is there}
-        for o, slots in enumerate(blocks):
-            spatial_at = [j for j, slot in enumerate(slots) if not slot[0].axis.reduce]
-            for d, j in enumerate(spatial_at):
-                var = self.block[j].var
-                self.acc_at[d][var] = self.acc_at[d].get(var, False) | (order_id == o)
-        places = self.outer + self.block + self.inner
-        self.exts = {p.var: self._place_ext(p) for p in places}
-        self.loops_of = {ax: [] for ax in spatial + reduce}  # axis -> [(place's var, loop)]
-        for p in places:
-            for lp in p.loops:
-                self.loops_of[lp.axis].append((p.var, lp))
+        # the loops of its zeroing and write-back nests; inner_at: their places in the block
+        self.inner_at = layout.inner[order_id].T  # (dims, n), -1: none
+        inner = np.full(self.inner_at.shape, self.absent)
+        where = self.inner_at >= 0
+        inner[where] = self.block.lid[self.inner_at[where], np.nonzero(where)[1]]
+        self.inner = _Part("i", inner)
+        self.exts = {p.prefix: self.ext_of[p.lid, cols]
+                     for p in (self.outer, self.block, self.inner)}
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
 
-    def _loop_ext(self, loop: TileLoop) -> np.ndarray:
-        """The extent of ``loop`` where it is (its ``on``)."""
-        ax, level = loop.axis, loop.level
-        if not ax.reduce and level == 0:  # a fused loop is no loop of its own
-            return np.where(self.fused[self.spatial.index(ax)], 1, self.f[ax][:, 0])
-        return self.f[ax][:, level]
-
-    def _place_ext(self, place: _Place) -> np.ndarray:
-        e = np.ones(self.n, np.int64)
-        for lp in place.loops:
-            e = np.where(lp.on, self._loop_ext(lp), e)
-        return e
-
-    def ext(self, place: _Place, on: "np.ndarray | bool" = True) -> np.ndarray:
-        e = self.exts[place.var]
+    def ext(self, part: _Part, on: "np.ndarray | bool" = True) -> np.ndarray:
+        """(places, n): the extents of ``part``'s loops (1 where ``on`` is not)."""
+        e = self.exts[part.prefix]
         return e if on is True else np.where(on, e, 1)
 
     def axis_index(self, ax, c: int = 1) -> tuple[dict, list]:
@@ -207,43 +223,41 @@ class _CpuNest:
         levels = range(f.shape[1]) if levels is None else levels
         block = f[:, -1] if 2 not in levels and f.shape[1] == 3 else 1
         coeffs = {level: np.prod(f[:, level + 1:], axis=1) // block for level in levels}
+        table = np.zeros((len(self.loops) + 1, self.n), np.int64)  # coefficient per loop
+        mine = np.zeros(len(self.loops) + 1, bool)
+        for level, coeff in coeffs.items():
+            i = self.loop_id[id(ax), level]
+            table[i], mine[i] = coeff, True
         affine, opaque = {}, []
-        for var, lp in self.loops_of[ax]:
-            if lp.level in coeffs:
-                term = np.where(lp.on, coeffs[lp.level], 0)
-                affine[var] = affine[var] + term if var in affine else term
+        cols = np.arange(self.n)
+        for part in (self.outer, self.block, self.inner):
+            rows = table[part.lid, cols]
+            for i in np.flatnonzero(mine[part.lid].any(axis=1)):
+                affine[part.var(i)] = rows[i]
         if not ax.reduce and 0 in coeffs:
             i = self.spatial.index(ax)
             fused, coeff = self.fused[i], coeffs[0]
             affine["fused"] = coeff * (fused & (self.n_par == 1))  # the fused loop itself
-            part = Mod(Div(Var("fused"), self.fused_inner[i]), f[:, 0], on=~self.first[i])
-            opaque.append((coeff, part, fused & (self.n_par >= 2)))
+            part_ = Mod(Div(Var("fused"), self.fused_inner[i]), f[:, 0], on=~self.first[i])
+            opaque.append((coeff, part_, fused & (self.n_par >= 2)))
         return affine, opaque
 
-    def _spatial(self, place: _Place) -> np.ndarray:
-        """Where the loop at ``place`` is a spatial one."""
-        out = np.zeros(self.n, bool)
-        for lp in place.loops:
-            if not lp.axis.reduce:
-                out |= lp.on
-        return out
-
-    def annotate(self, places: list[_Place], unroll: "np.ndarray | None" = None,
+    def annotate(self, part: _Part, unroll: "np.ndarray | None" = None,
                  on: "np.ndarray | bool" = True) -> list[tuple]:
         """``lower/cpu._annotate``: vectorize the innermost loop if spatial, then unroll inner
         loops while the product of their extents stays within ``unroll`` (per config; default
         ``unroll_max_step``); ``on``: where the loops are at all."""
-        if not places:
+        if not len(part.lid):
             return []
         n = self.n
-        exts = np.stack([self.ext(p, on) for p in places])
+        exts = self.ext(part, on)
         present = exts > 1
-        last = len(places) - 1 - np.argmax(present[::-1], axis=0)  # the innermost that exists
-        spatial = np.stack([self._spatial(p) for p in places])
+        last = len(exts) - 1 - np.argmax(present[::-1], axis=0)  # the innermost that exists
+        spatial = self.is_spatial[part.lid]
         cols = np.arange(n)
         vec = (self.knobs["vectorize"] & present.any(axis=0) & spatial[last, cols]
                & (exts[last, cols] <= MAX_VECTOR_LANES))
-        vec = vec & (np.arange(len(places))[:, None] == last)
+        vec = vec & (np.arange(len(exts))[:, None] == last)
         # the steps of the loops from the innermost out only grow: unrolling stops at the first
         # loop past the budget
         steps = _prefix(np.where(present & ~vec, exts, 1)[::-1], np.multiply)[::-1]
@@ -251,7 +265,7 @@ class _CpuNest:
         unrolled = present & ~vec & (steps <= unroll) & (unroll > 0)
         kinds = np.where(vec, KIND["vectorized"], np.where(unrolled, KIND["unrolled"],
                                                            KIND["serial"]))
-        return [(p.var, e, k) for p, e, k in zip(places, exts, kinds)]
+        return [(part.var(i), e, k) for i, (e, k) in enumerate(zip(exts, kinds))]
 
     def build(self) -> Nest:
         w, n, knobs = self.w, self.n, self.knobs
@@ -266,15 +280,16 @@ class _CpuNest:
         # the accumulator holds the register tile's spatial loops in block order, row-major; as
         # one dimension it is cheaper to analyse and the same: its loops run innermost first, so
         # the running ones are always its last dimensions
-        exts = [self.ext(p) for p in self.inner]
+        exts = list(self.ext(self.inner))
         strides = _prefix(np.stack([np.ones(n, np.int64)] + exts[:0:-1]), np.multiply)[::-1]
         acc = Buf("acc", (strides[0] * exts[0] if exts else np.ones(n, np.int64))[:, None],
                   "local", cache_write)
         acc_terms: dict = {}
-        for d, p in enumerate(self.inner):  # its place in the block, and in the inner nests
-            acc_terms[p.var] = strides[d]
-            for var, at in self.acc_at[d].items():
-                acc_terms[var] = acc_terms.get(var, 0) + np.where(at, strides[d], 0)
+        for d, at in enumerate(self.inner_at):  # its place in the inner nests, and in the block
+            acc_terms[self.inner.var(d)] = strides[d]
+            for j in np.unique(at[at >= 0]):
+                var = self.block.var(j)
+                acc_terms[var] = acc_terms.get(var, 0) + np.where(at == j, strides[d], 0)
         acc_idx = [(acc_terms, [])]
         ops = operands(w)
         packed = knobs["packed"]
@@ -321,7 +336,8 @@ class _CpuNest:
                       + nest(self.annotate(self.inner, np.zeros(n, np.int64), on=cache_write),
                              [writeback]))
         body = nest([("fused", self.fused_ext, KIND["parallel"])]
-                    + [(p.var, self.ext(p), KIND["serial"]) for p in self.outer], block_body)
+                    + [(self.outer.var(i), e, KIND["serial"])
+                       for i, e in enumerate(self.ext(self.outer))], block_body)
         stages = [loop for t in producers for loop in self.copy_stage(t, bufs, ~inline)]
         args = [b for t in (*w.inputs, out_t)
                 for b in ([bufs[t], packed_buf] if t is packed_t else [bufs[t]])]
