@@ -36,12 +36,15 @@ KERNELS = _kernels()
 def test_compile_info_names_the_level_that_built_the_kernel():
     for _, p, source in KERNELS:
         info = RT.compile_info(p, source)
-        large = source.count("\n") >= LARGE_SOURCE_LINES
-        assert info == {"opt_level": 3, "codegen_level": 1 if large else 3}
+        lines = source.count("\n")
+        assert info == {"opt_level": 1 if lines >= HUGE_SOURCE_LINES else 3,
+                        "codegen_level": 1 if lines >= LARGE_SOURCE_LINES else 3}
         binary = RT.compile(source, p)
-        assert binary == CPURuntime(codegen_level=info["codegen_level"]).compile(source, p)
-        if large:  # the level makes a difference, so the equality above says which one built it
-            assert binary != CPURuntime(codegen_level=3).compile(source, p)
+        assert binary == CPURuntime(**info).compile(source, p)
+        if lines >= LARGE_SOURCE_LINES:  # the level makes a difference, so the equality above
+            # says which one built it
+            assert binary != CPURuntime(opt_level=info["opt_level"],
+                                        codegen_level=3).compile(source, p)
     forced = CPURuntime(opt_level=2, codegen_level=2)
     assert forced.compile_info(*KERNELS[0][1:]) == {"opt_level": 2, "codegen_level": 2}
 

@@ -36,12 +36,14 @@ _DISABLED_PASSES = "loop-load-elim,dse"
 # unrolled kernel is one big block (over 10,000 lines, "less" takes 40% off the backend's time,
 # up to 2 s). Below this size the backend is cheap and the saving a few milliseconds.
 LARGE_SOURCE_LINES = 2000
-# Sources of this many lines or more also get the IR pipeline's O1: on the 18 kernels of 20,000
-# lines or more that a 256-trial C6 tune built, O1 built in 0.62-0.89x the time of O3 (up to
-# 1.5 s less) and ran in 0.73-1.04x its time (median 1.00, interleaved); between 5,000 and 20,000
-# lines some kernels ran up to 25% slower. Such a kernel is mostly one unrolled block, where O3's
-# extra passes find little that O1's do not.
-HUGE_SOURCE_LINES = 20000
+# Sources of this many lines or more also get the IR pipeline's O1. On the kernels of a 256-trial
+# C6 tune (those over 20 GFLOP/s, 15 interleaved rounds, beside a second O3 binary as a control
+# for the noise): 5,000-20,000 lines, 39 kernels, O1 ran in a median 0.99x the time of O3
+# (control 1.00x; single kernels 0.91-1.37x and 0.85-1.31x, one config 1.00x and 1.37x on two
+# tries) and built in 0.76x; over 20,000 lines, 12 kernels, 1.00x (0.97-1.01x; control
+# 0.98-1.06x) in 0.82x the build time. Below 5,000 lines it saved 3-7% of a cheap build. Such a kernel is mostly one unrolled block, where O3's extra passes find
+# little that O1's do not.
+HUGE_SOURCE_LINES = 5000
 
 
 @lru_cache(maxsize=None)
