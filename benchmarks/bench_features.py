@@ -9,7 +9,7 @@ round to round, so both paths see the same machine; the table shows the median r
 wall-clock time and, in brackets, CPU time (less disturbed by other processes on shared cores),
 and the median of the per-round fast/lowering ratios. ``--calls`` sets how many configs each
 ``featurize`` call gets: the whole batch (0), and 128, what simulated annealing asks per step
-(the fast path has a fixed cost per call and loop order). The last line gives other rates:
+(the fast path has a fixed cost per call). The last line gives other rates:
 lowering alone, a warm cache (search revisiting configs; both paths share it), the lowering path
 on ``--jobs`` processes, and the single path of the ``config``/``ast`` modes if asked for.
 """
