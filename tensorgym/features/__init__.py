@@ -260,7 +260,8 @@ def _check_config(workload: Workload, config: Config) -> None:
 
 
 def _loop_order(config: Config) -> "tuple | None":
-    """The fast path analyses each loop order (``reorder``) once: the unit its work splits by."""
+    """The unit the fast path's work splits by over processes (``split_groups``): a side with
+    fewer loop orders (``reorder``) analyses a nest with fewer places."""
     order = config.values.get("reorder")
     return tuple(order) if order is not None else None
 

@@ -18,6 +18,7 @@ two agree exactly. The template builders (``nest_cpu.py``, ``nest_gpu.py``) mirr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import chain
 from typing import Sequence, Union
 
@@ -315,16 +316,20 @@ class _Buffer:
 _SLOT_FIGURES = ("touched_bytes", "access_count", "stride", "read", "write")
 
 
+@lru_cache(maxsize=None)
+def _optional_figures(columns: "frozenset[str] | None") -> frozenset[str]:
+    """The per-buffer figures computed only where some of ``columns`` (None: all) reads them;
+    footprints and access counts always are: both feature modes read them."""
+    wanted = CTX if columns is None else columns
+    return frozenset(f for f in ("stride", "read", "write")
+                     if any(name.startswith("slot") and name.endswith(f"_{f}") for name in wanted))
+
+
 class _Analysis:
     def __init__(self, nest_: Nest, columns: "frozenset[str] | None" = None) -> None:
         self.nest = nest_
         self.columns = columns  # None: all
-        wanted = set(CTX) if columns is None else columns
-        # the per-buffer figures computed only where some column reads them (footprints and
-        # access counts always are: both feature modes read them)
-        self.optional = {f for f in ("stride", "read", "write")
-                         if any(name.startswith("slot") and name.endswith(f"_{f}")
-                                for name in wanted)}
+        self.optional = _optional_figures(columns)
         n = self.n = nest_.n
         self.loops: list[Loop] = []
         self.parents: list[int] = []

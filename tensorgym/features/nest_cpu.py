@@ -144,7 +144,7 @@ class _CpuNest:
     def __init__(self, workload: Workload, orders: list[tuple], order_id: np.ndarray,
                  spatial: list, reduce: list, factors: dict, knobs: dict,
                  vector_axes: np.ndarray) -> None:
-        self.w, self.spatial, self.reduce = workload, spatial, reduce
+        self.w, self.spatial = workload, spatial
         self.f, self.knobs = factors, knobs
         self.n = n = len(knobs["parallel"])
         cols = np.arange(n)

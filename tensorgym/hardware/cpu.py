@@ -41,8 +41,8 @@ LARGE_SOURCE_LINES = 2000
 # for the noise): 5,000-20,000 lines, 39 kernels, O1 ran in a median 0.99x the time of O3
 # (control 1.00x; single kernels 0.91-1.37x and 0.85-1.31x, one config 1.00x and 1.37x on two
 # tries) and built in 0.76x; over 20,000 lines, 12 kernels, 1.00x (0.97-1.01x; control
-# 0.98-1.06x) in 0.82x the build time. Below 5,000 lines it saved 3-7% of a cheap build. Such a kernel is mostly one unrolled block, where O3's extra passes find
-# little that O1's do not.
+# 0.98-1.06x) in 0.82x the build time. Below 5,000 lines it saved 3-7% of a cheap build. Such a
+# kernel is mostly one unrolled block, where O3's extra passes find little that O1's do not.
 HUGE_SOURCE_LINES = 5000
 
 
@@ -252,30 +252,29 @@ class CPURuntime(Runtime):
                               for b, layout in zip(program.args, program.input_layouts))
         return source
 
-    def _codegen_level(self, source: str) -> int:
-        if self.codegen_level is not None:
-            return self.codegen_level
-        return 1 if source.count("\n") >= LARGE_SOURCE_LINES else 3
-
-    def _opt_level(self, source: str) -> int:
-        if self.opt_level is not None:
-            return self.opt_level
-        return 1 if source.count("\n") >= HUGE_SOURCE_LINES else 3
+    def _levels(self, source: str) -> tuple[int, int]:
+        """(IR pipeline, backend) levels for ``source``: the given ones, else by its size."""
+        lines = source.count("\n")
+        opt = self.opt_level or (1 if lines >= HUGE_SOURCE_LINES else 3)
+        codegen = self.codegen_level or (1 if lines >= LARGE_SOURCE_LINES else 3)
+        return opt, codegen
 
     def compile_info(self, program: Program, source: str) -> dict:
         """The LLVM levels :meth:`compile` builds this source at: the IR pipeline's (O1 for a
         source of HUGE_SOURCE_LINES lines or more), and the backend's ("less", 1, for a source
         of LARGE_SOURCE_LINES lines or more)."""
-        info = {"opt_level": self._opt_level(source), "codegen_level": self._codegen_level(source)}
+        opt, codegen = self._levels(source)
+        info = {"opt_level": opt, "codegen_level": codegen}
         return dict(info, isa=self.isa) if self.isa else info
 
     def compile(self, source: str, program: Program) -> bytes:
-        tm = _target_machine(self._codegen_level(source), self.isa)
+        opt, codegen = self._levels(source)
+        tm = _target_machine(codegen, self.isa)
         mod = llvm.parse_assembly(source)
         mod.triple = llvm.get_process_triple()
         mod.data_layout = str(tm.target_data)
         mod.verify()
-        _optimize(mod, tm, self._opt_level(source))
+        _optimize(mod, tm, opt)
         return tm.emit_object(mod)
 
     def load(self, binary: Any, program: Program) -> CPUKernel:
@@ -292,7 +291,8 @@ class CPURuntime(Runtime):
 
     def assembly(self, source: str) -> str:
         """Host assembly of the optimised module, for people who read kernels."""
-        tm = _target_machine(self._codegen_level(source), self.isa)
+        opt, codegen = self._levels(source)
+        tm = _target_machine(codegen, self.isa)
         mod = llvm.parse_assembly(source)
-        _optimize(mod, tm, self._opt_level(source))
+        _optimize(mod, tm, opt)
         return tm.emit_assembly(mod)
