@@ -439,7 +439,10 @@ def test_errors_are_clear():
 
 def test_fast_rows_split_by_loop_order_over_a_helper_are_the_same():
     """The fast path's work split by loop order over a helper process (n_jobs=2) gives the
-    rows of one process, in order, and the helper really ran."""
+    rows of one process, in order, and the helper really ran. The helper starts in the
+    background: calls made before it serves are computed in this process, with the same rows."""
+    import time
+
     from tensorgym.features import Featurizer
 
     w = WORKLOADS["conv2d-C6"]
@@ -447,12 +450,58 @@ def test_fast_rows_split_by_loop_order_over_a_helper_are_the_same():
     assert len({tuple(c.values["reorder"]) for c in configs}) >= 3
     f = Featurizer()
     try:
+        serial = {m: f.featurize(w, configs, m, n_jobs=1) for m in ("relation", "context")}
+        f.clear()
+        np.testing.assert_array_equal(f.featurize(w, configs, "relation", n_jobs=2),
+                                      serial["relation"])  # the helper is starting meanwhile
+        assert f.helpers.starting is not None
+        deadline = time.monotonic() + 60
+        while f.helpers.ready() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = f.helpers.pool.children[0]
         for mode in ("relation", "context"):
             f.clear()
-            serial = f.featurize(w, configs, mode, n_jobs=1)
+            np.testing.assert_array_equal(f.featurize(w, configs, mode, n_jobs=2), serial[mode])
+        assert child.alive and child.calls == 2
+    finally:
+        f.close()
+    assert f.helpers.pool is None and not child.alive
+
+
+def test_a_feature_helper_killed_while_starting_or_serving_loses_nothing():
+    """A helper killed before it serves costs a warning, one killed between calls a new start:
+    either way the call's rows are computed here, the same."""
+    import time
+    import warnings
+
+    from tensorgym.features import Featurizer
+
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=160, seed=12)
+    f = Featurizer()
+    try:
+        serial = f.featurize(w, configs, "relation", n_jobs=1)
+        for when in ("starting", "serving"):
             f.clear()
-            split = f.featurize(w, configs, mode, n_jobs=2)
-            np.testing.assert_array_equal(serial, split)
-        assert f.helpers.pool is not None and f.helpers.pool.children[0].alive
+            np.testing.assert_array_equal(f.featurize(w, configs, "relation", n_jobs=2), serial)
+            child = f.helpers.pool.children[0]
+            if when == "serving":
+                deadline = time.monotonic() + 60
+                while f.helpers.ready() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                pid = child.proc.pid
+            child.proc.kill()
+            child.proc.wait()
+            f.clear()
+            if when == "starting":
+                with pytest.warns(RuntimeWarning, match="feature helper process failed"):
+                    rows = f.featurize(w, configs, "relation", n_jobs=2)
+                assert f.helpers.pool is None
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    rows = f.featurize(w, configs, "relation", n_jobs=2)
+                assert f.helpers.starting.proc.pid != pid  # a new one starts
+            np.testing.assert_array_equal(rows, serial)
     finally:
         f.close()
