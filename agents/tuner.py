@@ -27,8 +27,8 @@ from tensorgym.registry import Option
 from tensorgym.search import SearchStrategy
 from tensorgym.space import Config, ConfigSpace
 
-from .annealing import ParallelAnnealer
-from .cost_model import BootstrapEnsemble, CostModel, make_model
+from .annealing import ParallelAnnealer, WalkHelper
+from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel, make_model
 from .selection import select_batch
 from .transfer import SourceData, TransferModel, load_source_data
 
@@ -117,7 +117,10 @@ class ModelTuner(SearchStrategy):
       from the top lambda*b candidates], ``alpha`` (diversity weight of Equation 3),
       ``epsilon`` (random share of each batch).
     - ``n_chains``, ``sa_steps``, ``sa_resume_steps``, ``sa_early_stop``: the parallel simulated
-      annealing (steps of the first batch, of each later one, and the early stop).
+      annealing (steps of the first batch, of each later one, and the early stop);
+      ``sa_groups``: the chains walk in that many independent groups, and with ``sa_helper``
+      (the default) on a TensorSched env a helper process walks the second group while this one
+      walks the first (the same proposals as without it; ``close`` stops it).
     - ``uncertainty``: None, or ``"ei"`` / ``"ucb"`` / ``"mean"`` over a bootstrap ensemble of
       ``n_bootstrap`` models.
     - ``records`` (a ``tensorgym.records.Records``) with ``source_workloads``: transfer learning
@@ -136,7 +139,7 @@ class ModelTuner(SearchStrategy):
                  model_options: dict | None = None, batch_size: "int | None" = None,
                  plan_ratio: float = 2.0, alpha: float = 0.1, epsilon: float = 0.05,
                  n_chains: int = 128, sa_steps: int = 100, sa_resume_steps: int = 25,
-                 sa_early_stop: int = 30,
+                 sa_early_stop: int = 30, sa_groups: int = 2, sa_helper: bool = True,
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
@@ -157,6 +160,11 @@ class ModelTuner(SearchStrategy):
         self.sa_steps = sa_steps
         self.sa_resume_steps = sa_resume_steps
         self.sa_early_stop = sa_early_stop
+        if not 1 <= sa_groups <= n_chains:
+            raise ValueError(f"sa_groups must be 1 to n_chains ({n_chains}), got {sa_groups}")
+        self.sa_groups = sa_groups
+        self.sa_helper = sa_helper
+        self._walker: "WalkHelper | None" = None
         self.uncertainty = uncertainty
         self.n_bootstrap = n_bootstrap
         self.records = records
@@ -277,7 +285,16 @@ class ModelTuner(SearchStrategy):
         self._features = FeatureCache(featurize, self.model.feature_mode)
         self._annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps,
                                           self.sa_early_stop, seed=rng.spawn(1)[0],
-                                          resume_steps=self.sa_resume_steps)
+                                          resume_steps=self.sa_resume_steps,
+                                          groups=self.sa_groups)
+        if self._walks_elsewhere(u):
+            if self._walker is None:
+                self._walker = WalkHelper(
+                    _model_modules(self.model),
+                    functools.partial(_warm_features, u.workload, space, self.model.feature_mode))
+            self._walker.start()  # it starts while the first batch is measured
+        else:
+            self.close()
         self._measured: set[int] = set()
         self._data: tuple[list[Config], list[float]] = ([], [])
         self._model_ready = isinstance(self.model, TransferModel)
@@ -311,7 +328,12 @@ class ModelTuner(SearchStrategy):
         if not self._model_ready:  # nothing to learn from yet: Algorithm 1 starts at random
             return seeds + self._space.sample_unique(self._rng, b, exclude=taken)
         k = max(b, int(round(self.plan_ratio * b)))
-        candidates = self._annealer.find_maximums(self._score, k, exclude=taken)
+        others = None
+        if self._walker is not None:
+            u = self._env
+            others = self._walker.others(ModelScore(u.workload, self.model.feature_mode,
+                                                    self.model, self._space))
+        candidates = self._annealer.find_maximums(self._score, k, exclude=taken, others=others)
         return seeds + select_batch(candidates, self._space, b, self.alpha, self.epsilon,
                                     self._rng, taken)
 
@@ -327,6 +349,21 @@ class ModelTuner(SearchStrategy):
         if max(gflops, default=0.0) > 0:
             self._fit(self.model, self._features, configs, gflops, self._meter)
             self._model_ready = True
+
+    def _walks_elsewhere(self, env_u: Any) -> bool:
+        """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
+        ``tensorgym.features.featurize``) are the env's only on a TensorSched env, and a
+        fixed-length feature mode is cheap to send and to compute there."""
+        from tensorgym.envs.tensor_sched import TensorSchedEnv  # noqa: PLC0415
+
+        return (self.sa_helper and self.sa_groups > 1 and isinstance(env_u, TensorSchedEnv)
+                and self.model.feature_mode in ("relation", "context", "config"))
+
+    def close(self) -> None:
+        """Stop the annealing helper process (a later ``reset`` starts it again)."""
+        if self._walker is not None:
+            self._walker.close()
+            self._walker = None
 
     def _score(self, configs: Sequence[Config]) -> np.ndarray:
         X = self._features(configs)
@@ -348,6 +385,40 @@ class ModelTuner(SearchStrategy):
 
 XGBTuner = ModelTuner
 
+
+@dataclass
+class ModelScore:
+    """A cost model's scores of configs of ``workload``, featurized where it is called: what an
+    annealing helper process scores its walks with (picklable, unlike the tuner's env)."""
+
+    workload: Any
+    mode: str
+    model: Any
+    space: ConfigSpace
+
+    def __call__(self, configs: Sequence[Config]) -> np.ndarray:
+        from tensorgym.features import featurize  # noqa: PLC0415
+
+        return self.model.predict(featurize(self.workload, configs, self.mode, space=self.space))
+
+
+def _warm_features(workload: Any, space: ConfigSpace, mode: str) -> None:
+    """Featurize a few configs, so that a helper's first walk finds the feature code warm."""
+    from tensorgym.features import featurize  # noqa: PLC0415
+
+    featurize(workload, space.sample(np.random.default_rng(0), 64), mode, space=space)
+
+
+def _model_modules(model: Any) -> tuple[str, ...]:
+    """Modules a helper imports as it starts, so that its first walk does not: the model's."""
+    parts = [m for m in (model, *getattr(model, "models", ()), getattr(model, "global_model", None),
+                         getattr(model, "local_model", None)) if m is not None]
+    modules = {type(m).__module__ for m in parts} | {__name__}  # ModelScore's
+    if any(isinstance(m, XGBoostCostModel) for m in parts):
+        modules.add("xgboost")
+    return tuple(sorted(modules))
+
+
 #: ModelTuner's options as the registry declares them (``tensorgym list agents --options``)
 OPTIONS = (
     Option("model", object, "xgb", "a registered cost model name, a model or a factory"),
@@ -362,6 +433,9 @@ OPTIONS = (
     Option("sa_resume_steps", int, 25, "annealing steps of each later batch (chains resume "
            "where the last batch left them)"),
     Option("sa_early_stop", int, 30, "stop annealing after this many steps without change"),
+    Option("sa_groups", int, 2, "annealing chains walk in this many independent groups"),
+    Option("sa_helper", bool, True, "a helper process walks the second group (TensorSched "
+           "envs; the same proposals, sooner)"),
     Option("uncertainty", str, None, "acquisition over a bootstrap ensemble",
            ("ei", "ucb", "mean")),
     Option("n_bootstrap", int, 5, "models in the bootstrap ensemble"),

@@ -15,6 +15,7 @@ search-time meter, callbacks and early stop. Optional parts of the protocol:
   instead of answering ``ask``; ``report(results)`` hands each measured batch to the loop and
   returns False once the tune must end.
 - ``env_kwargs``: keyword arguments the env must be made with (e.g. an action mode).
+- ``close()``: called when the tune ends, however it ends (a strategy's helper processes stop).
 """
 from __future__ import annotations
 
@@ -104,7 +105,18 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
     neither de-duplication nor ``prior``: what it steps, the env measures. An agent of the
     interface before this module (only ``tune(env, n_trials, seed, callbacks)``) runs its own
     loop, without ``prior`` (kept for one release, with a DeprecationWarning).
+
+    The strategy's ``close()``, if it has one, is called when the tune ends.
     """
+    try:
+        return _tune(env, strategy, n_trials, seed, list(callbacks), prior, max_stale_asks)
+    finally:
+        if callable(getattr(strategy, "close", None)):
+            strategy.close()
+
+
+def _tune(env: Any, strategy: Any, n_trials: int, seed: int, callbacks: list[Callback],
+          prior: Sequence[MeasureResult], max_stale_asks: int) -> list[MeasureResult]:
     n_trials = check_budget(n_trials)
     u = env.unwrapped
     space = u.space
@@ -114,7 +126,6 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
     if max_stale_asks < 1:
         raise ValueError("max_stale_asks must be >= 1")
     meter = meter_of(env)
-    callbacks = list(callbacks)
     history: list[MeasureResult] = []
     stopped = False
 
@@ -137,7 +148,7 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
                                  "reset(space, seed), ask(n) and tell(results)")
         warnings.warn(f"{_name(strategy)} has no ask/tell (tensorgym.search): running its own "
                       "tune(); that interface goes in the next release", DeprecationWarning,
-                      stacklevel=2)
+                      stacklevel=3)
         return list(strategy.tune(env, n_trials, seed=seed, callbacks=callbacks))
     known = [r for r in (*prior, *(getattr(u, "history", None) or ()))
              if r.config.space_name == space.name]
@@ -173,7 +184,7 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
             if stale >= max_stale_asks:
                 warnings.warn(f"{_name(strategy)} proposed only configs measured before "
                               f"{stale} times in a row; the tune ends after {len(history)} of "
-                              f"{n_trials} trials", stacklevel=2)
+                              f"{n_trials} trials", stacklevel=3)
                 break
             continue
         stale = 0

@@ -1,8 +1,10 @@
 """Parallel simulated annealing over a known synthetic model."""
+import os
+
 import numpy as np
 import pytest
 
-from tensorgym.agents.annealing import ParallelAnnealer
+from tensorgym.agents.annealing import ParallelAnnealer, WalkHelper
 from tensorgym.space import ConfigSpace, other_knob
 
 SPACE = ConfigSpace("sa/cpu", tuple(other_knob(f"k{i}", list(range(6))) for i in range(5)))
@@ -71,3 +73,57 @@ def test_a_resumed_walk_takes_resume_steps_and_still_finds_the_optimum():
     assert again[0][1] == -1.0  # chains sit around the optimum: its neighbours come at once
     with pytest.raises(ValueError, match="resume_steps"):
         ParallelAnnealer(SPACE, resume_steps=-1)
+
+
+class ExitsInHelper:
+    """``score``, except that in any process but the one that made it, it ends that process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def __call__(self, configs):
+        if os.getpid() != self.pid:
+            os._exit(3)
+        return score(configs)
+
+
+def _walks(groups: int, helper=None, scorer=score, calls: int = 2):
+    sa = ParallelAnnealer(SPACE, n_chains=16, n_steps=60, early_stop=60, seed=5, groups=groups,
+                          resume_steps=10)
+    out = [[(c.index, s) for c, s in sa.find_maximums(
+        score, 6, others=helper.others(scorer) if helper else None)] for _ in range(calls)]
+    return out, [p.index for p in sa.points]
+
+
+def test_groups_of_chains_walk_apart_and_find_the_optimum():
+    sa = ParallelAnnealer(SPACE, n_chains=16, n_steps=200, early_stop=200, seed=0, groups=2)
+    top = sa.find_maximums(score, k=5)
+    assert top[0][0].choices == tuple(TARGET) and len({c.index for c, _ in top}) == 5
+    assert [s for _, s in top] == sorted((s for _, s in top), reverse=True)
+    assert _walks(2) == _walks(2) != _walks(1)
+    with pytest.raises(ValueError, match="groups"):
+        ParallelAnnealer(SPACE, n_chains=4, groups=5)
+
+
+def test_a_walk_helper_walks_a_group_with_the_same_result_as_here():
+    helper = WalkHelper()
+    helper.start()
+    try:
+        assert _walks(2, helper) == _walks(2)
+        assert helper.child.alive and helper.child.calls == 2 and not helper.failed
+    finally:
+        helper.close()
+    assert not helper.child.alive
+
+
+def test_a_walk_helper_that_dies_in_a_walk_is_reported_and_the_walk_done_here():
+    helper = WalkHelper()
+    try:
+        with pytest.warns(RuntimeWarning, match="annealing helper process failed"):
+            got = _walks(2, helper, ExitsInHelper(), calls=1)
+        assert got == _walks(2, calls=1)
+        assert helper.failed and not helper.child.alive
+        assert _walks(2, helper, calls=1) == got  # it is not started again
+        assert not helper.child.alive
+    finally:
+        helper.close()

@@ -21,12 +21,16 @@ def objective(config):
 
 
 def test_beats_random_search_with_the_same_budget():
-    env = SyntheticEnv(SPACE, objective)
-    history = make_agent("xgb", **FAST).tune(env, 96, seed=0)
-    rng = np.random.default_rng(0)
-    random_best = max(objective(c) for c in SPACE.sample_unique(rng, 96))
-    best = max(r.gflops for r in history)
-    assert best >= 50.0 > 2 * random_best
+    """Over 8 seeds (one seed is a lottery on this peaked landscape): the tuner's best is on
+    average over 2.5 times random search's, and within 1 step of the peak in at least half."""
+    bests, random_bests = [], []
+    for seed in range(8):
+        history = make_agent("xgb", **FAST).tune(SyntheticEnv(SPACE, objective), 96, seed=seed)
+        bests.append(max(r.gflops for r in history))
+        random_configs = SPACE.sample_unique(np.random.default_rng(seed), 96)
+        random_bests.append(max(objective(c) for c in random_configs))
+    assert np.mean(bests) > 2.5 * np.mean(random_bests)
+    assert sum(b >= 50.0 for b in bests) >= 4
 
 
 def test_budget_is_honest_and_nothing_is_measured_twice():
@@ -174,3 +178,41 @@ def test_feature_cache_overflow_keeps_every_requested_row():
     cache(first)
     both = first[:2] + space.sample(np.random.default_rng(1), 3)  # overflows: cache is cleared
     assert [row[0] for row in cache(both)] == [c.index for c in both]
+
+
+def test_the_annealing_helper_changes_no_trial_and_is_gone_when_the_tune_ends():
+    """On a TensorSched env (replayed from the bundled dataset, so every measurement is the
+    same) a helper process walks the second group of chains: the trials are those of a tune
+    without it, and the tune ends with the helper stopped."""
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import tensorgym  # noqa: F401  (registers the envs)
+    from tensorgym.search import tune
+    from .proc_tree import survivors
+
+    dataset = Path(__file__).resolve().parents[1] / "data" / "reference.parquet"
+
+    def run(helper: bool) -> tuple[list[int], set[int]]:
+        env = gym.make("TensorSched-conv2d-C6-cpu", measure="replay", dataset=str(dataset),
+                       on_miss="surrogate", records=False)
+        agent = make_agent("xgb", sa_helper=helper, batch_size=16)
+        pids: set[int] = set()
+
+        def seen(strategy, results):
+            walker = strategy._walker
+            if walker is not None and walker.child.alive:
+                pids.add(walker.child.proc.pid)
+        try:
+            history = tune(env, agent, 48, seed=0, callbacks=[seen])
+        finally:
+            env.close()
+        assert agent._walker is None
+        return [r.config.index for r in history], pids
+
+    with_helper, pids = run(True)
+    without, none = run(False)
+    assert with_helper == without and len(set(with_helper)) == 48
+    assert pids and not none
+    assert not survivors(pids, within=5.0)
