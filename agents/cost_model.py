@@ -12,6 +12,8 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from tensorgym.hardware.host import available_cpus
+
 LOSSES = ("rank", "reg")
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -51,7 +53,7 @@ class XGBoostCostModel:
     def __init__(self, loss: str = "rank", feature_mode: str = "relation", n_rounds: int = 200,
                  max_depth: int = 3, eta: float = 0.1, min_child_weight: float = 1.0,
                  subsample: float = 1.0, pairs_per_sample: int = 16, seed: int = 0,
-                 nthread: int = 1) -> None:
+                 nthread: int = 1, fit_threads: int = 2) -> None:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; use one of {LOSSES}")
         if n_rounds < 1:
@@ -60,10 +62,13 @@ class XGBoostCostModel:
         self.feature_mode = feature_mode
         self.n_rounds = n_rounds
         self.seed = seed
-        # nthread 1 by default: with 2 on 2 cores a fit was 24% faster alone, but 128-trial
-        # matmul tunes took 0.151 s per trial instead of 0.128 (3 seeds, interleaved): XGBoost's
-        # OpenMP threads spin on after each call, on the core the feature helper and the
-        # measurement worker need next
+        # ``nthread`` predicts (1: the annealer's many small predictions ran as a parallel region
+        # each, whose OpenMP threads spin on after it on the core that the other walk needs:
+        # 128-trial matmul tunes took 0.151 s per trial with 2, 0.128 with 1); ``fit_threads``
+        # fits (at most the cores this process may use): 2 fit a 256-row C6 model in 104 ms
+        # instead of 142, with the same trees (the same predictions, to the bit), and a fit runs
+        # while nothing else does
+        self.fit_threads = max(1, min(fit_threads, available_cpus()))
         self.params = {
             "max_depth": max_depth, "eta": eta, "min_child_weight": min_child_weight,
             "subsample": subsample, "seed": seed, "nthread": nthread, "verbosity": 0,
@@ -99,14 +104,15 @@ class XGBoostCostModel:
         varies = np.flatnonzero((X != X[:1]).any(axis=0))
         self._columns = varies if len(varies) else np.arange(X.shape[1])
         dtrain = xgb.DMatrix(X[order][:, self._columns], label=y[order],
-                             nthread=self.params["nthread"])
+                             nthread=self.fit_threads)
         if self.loss == "rank":
             dtrain.set_info(qid=groups_arr[order])
-        params = dict(self.params)
+        params = dict(self.params, nthread=self.fit_threads)
         if base_margin is not None:
             dtrain.set_base_margin(np.asarray(base_margin, np.float64)[order])
             params["base_score"] = 0.0  # the margin replaces the intercept
         self._booster = xgb.train(params, dtrain, num_boost_round=self.n_rounds)
+        self._booster.set_param({"nthread": self.params["nthread"]})
         self._with_margin = base_margin is not None
         self.n_features = X.shape[1]
 

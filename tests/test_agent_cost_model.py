@@ -94,6 +94,19 @@ def test_constant_columns_change_nothing(loss):
         padded.predict(X)
 
 
+@pytest.mark.parametrize("loss", ["rank", "reg"])
+def test_a_fit_on_two_threads_is_the_fit_on_one(loss):
+    """Fits run on ``fit_threads`` (2) and predictions on ``nthread`` (1): the trees, and so the
+    predictions, are those of a fit on one thread, bit for bit."""
+    X, y = throughput_data(7, 300)
+    one, two = XGBoostCostModel(loss=loss, fit_threads=1), XGBoostCostModel(loss=loss)
+    two.fit_threads = 2  # even where this process may use one core
+    one.fit(X[50:], y[50:])
+    two.fit(X[50:], y[50:])
+    assert np.array_equal(one.predict(X[:50]), two.predict(X[:50]))
+    assert two._booster.save_config() == one._booster.save_config()  # nthread 1 after the fit
+
+
 def test_errors():
     m = XGBoostCostModel()
     with pytest.raises(RuntimeError):
