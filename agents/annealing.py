@@ -134,12 +134,13 @@ class ParallelAnnealer:
 
     def find_maximums(self, score: ScoreFn, k: int,
                       exclude: "set[int] | frozenset[int]" = frozenset(),
-                      others: "Callable[[list[Walk]], list[tuple]] | None" = None,
+                      others: "Callable[[list[Walk]], Callable[[], list[tuple]]] | None" = None,
                       ) -> list[tuple[Config, float]]:
         """Run the chains and return up to ``k`` distinct configs not in ``exclude`` (indices)
-        with the highest scores seen, best first, with their scores. ``score`` walks the first
-        group; ``others(walks)`` the other groups (default: ``score`` here, one after another),
-        giving each walk's ``Walk.run`` result."""
+        with the highest scores seen, best first, with their scores. ``score`` scores the first
+        group's walk; ``others(walks)`` starts the other groups' walks and returns a function
+        that gives their ``Walk.run`` results once the first is done (``WalkHelper.others``;
+        default: they are walked here with ``score``, one after another)."""
         walks = self.walks(k, exclude)
         rest = others(walks[1:]) if others is not None and len(walks) > 1 else None
         results = [walks[0].run(score)]
