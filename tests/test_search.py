@@ -154,6 +154,25 @@ def test_a_callback_raising_stop_search_ends_the_tune_after_its_batch():
     assert later == [4, 4]  # the other callbacks still saw the last batch
 
 
+def test_the_loop_closes_a_strategy_when_the_tune_ends_however_it_ends():
+    class Closing(Recorder):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    done = Closing(batch_size=4)
+    assert len(tune(MeteredEnv(SPACE, objective), done, 8)) == 8 and done.closed == 1
+
+    def boom(_s, _batch):
+        raise RuntimeError("a callback failed")
+
+    failed = Closing(batch_size=4)
+    with pytest.raises(RuntimeError, match="a callback failed"):
+        tune(MeteredEnv(SPACE, objective), failed, 8, callbacks=[boom])
+    assert failed.closed == 1 and len(failed.told) == 1
+
+
 def test_search_time_is_metered_and_nested_timers_are_left_out():
     class ModelInAsk(Recorder):
         def ask(self, n):
