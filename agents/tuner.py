@@ -352,12 +352,14 @@ class ModelTuner(SearchStrategy):
 
     def _walks_elsewhere(self, env_u: Any) -> bool:
         """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
-        ``tensorgym.features.featurize``) are the env's only on a TensorSched env, and a
-        fixed-length feature mode is cheap to send and to compute there."""
+        ``tensorgym.features.featurize``) are the env's only on a TensorSched env, a
+        fixed-length feature mode is cheap to send and to compute there, and the helper can
+        import the model's classes (not one defined in the user's ``__main__``)."""
         from tensorgym.envs.tensor_sched import TensorSchedEnv  # noqa: PLC0415
 
         return (self.sa_helper and self.sa_groups > 1 and isinstance(env_u, TensorSchedEnv)
-                and self.model.feature_mode in ("relation", "context", "config"))
+                and self.model.feature_mode in ("relation", "context", "config")
+                and "__main__" not in _model_modules(self.model))
 
     def close(self) -> None:
         """Stop the annealing helper process (a later ``reset`` starts it again)."""

@@ -216,3 +216,33 @@ def test_the_annealing_helper_changes_no_trial_and_is_gone_when_the_tune_ends():
     assert with_helper == without and len(set(with_helper)) == 48
     assert pids and not none
     assert not survivors(pids, within=5.0)
+
+
+def test_a_model_class_of_the_users_main_is_scored_here_without_a_helper():
+    """A helper could not import a cost model class defined in the user's script: the tuner
+    walks both groups itself, with no warning."""
+    import warnings
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import tensorgym  # noqa: F401  (registers the envs)
+    from tensorgym.search import tune
+
+    class MainModel(XGBoostCostModel):
+        pass
+
+    MainModel.__module__ = "__main__"
+    dataset = Path(__file__).resolve().parents[1] / "data" / "reference.parquet"
+    env = gym.make("TensorSched-conv2d-C6-cpu", measure="replay", dataset=str(dataset),
+                   on_miss="surrogate", records=False)
+    agent = make_agent("xgb", model=lambda: MainModel(n_rounds=20), batch_size=8)
+    walkers = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            history = tune(env, agent, 24, seed=0,
+                           callbacks=[lambda s, r: walkers.append(s._walker)])
+    finally:
+        env.close()
+    assert len(history) == 24 and walkers == [None, None, None]
