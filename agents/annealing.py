@@ -187,7 +187,6 @@ class WalkHelper:
         self.modules, self.warm = tuple(modules), warm
         self.child = Child(_WalkServer, self.modules, warm, name="annealing helper")
         self.failed = False
-        self._pending = False
 
     def __getstate__(self) -> dict:  # a copy is a helper not started yet
         return {"modules": self.modules, "warm": self.warm}
@@ -198,7 +197,6 @@ class WalkHelper:
     def start(self) -> None:
         if not self.failed and not self.child.alive:
             self.child.spawn()
-            self._pending = True
             try:
                 os.setpriority(os.PRIO_PROCESS, self.child.proc.pid, 19)
             except (AttributeError, OSError):  # no such call here: it runs at the usual priority
@@ -220,12 +218,9 @@ class WalkHelper:
         if self.failed:
             return False
         try:
-            if not self.child.alive:
+            if not self.child.alive and not self.child.starting:
                 self.start()
-            if self._pending:
-                self._pending = False
-                self.child.handshake()
-            self.child.send("walk", walk, score)
+            self.child.send("walk", walk, score)  # waits for a start still in progress
             return True
         except (ChildDied, ChildError, OSError) as e:
             self._fail(e)
@@ -247,4 +242,3 @@ class WalkHelper:
 
     def close(self) -> None:
         self.child.kill()
-        self._pending = False

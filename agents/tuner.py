@@ -287,10 +287,11 @@ class ModelTuner(SearchStrategy):
                                           self.sa_early_stop, seed=rng.spawn(1)[0],
                                           resume_steps=self.sa_resume_steps,
                                           groups=self.sa_groups)
-        if self._walks_elsewhere(u):
+        modules = _model_modules(self.model)
+        if self._walks_elsewhere(u, modules):
             if self._walker is None:
                 self._walker = WalkHelper(
-                    _model_modules(self.model),
+                    modules,
                     functools.partial(_warm_features, u.workload, space, self.model.feature_mode))
             self._walker.start()  # it starts while the first batch is measured
         else:
@@ -350,16 +351,16 @@ class ModelTuner(SearchStrategy):
             self._fit(self.model, self._features, configs, gflops, self._meter)
             self._model_ready = True
 
-    def _walks_elsewhere(self, env_u: Any) -> bool:
+    def _walks_elsewhere(self, env_u: Any, modules: tuple[str, ...]) -> bool:
         """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
         ``tensorgym.features.featurize``) are the env's only on a TensorSched env, a
         fixed-length feature mode is cheap to send and to compute there, and the helper can
-        import the model's classes (not one defined in the user's ``__main__``)."""
+        import the model's classes (``modules``: none may be the user's ``__main__``)."""
         from tensorgym.envs.tensor_sched import TensorSchedEnv  # noqa: PLC0415
 
         return (self.sa_helper and self.sa_groups > 1 and isinstance(env_u, TensorSchedEnv)
                 and self.model.feature_mode in ("relation", "context", "config")
-                and "__main__" not in _model_modules(self.model))
+                and "__main__" not in modules)
 
     def close(self) -> None:
         """Stop the annealing helper process (a later ``reset`` starts it again)."""

@@ -57,40 +57,32 @@ class HelperPool:
 
     def __init__(self) -> None:
         self.pool: "ChildPool | None" = None
-        self.starting: "Child | None" = None  # spawned by ``ready``, handshake not yet seen
+
+    @property
+    def starting(self) -> "Child | None":
+        """The first helper while it starts (``ready`` started it), else None."""
+        child = self.pool.children[0] if self.pool is not None else None
+        return child if child is not None and child.alive and child.starting else None
 
     def children(self, n: int) -> list[Child]:
         if self.pool is None or len(self.pool.children) < n:
             self.close()
             self.pool = ChildPool(FeatureServer, size=n, name="feature")
-        if self.starting is not None:
-            child, self.starting = self.starting, None
-            child.handshake()
         return self.pool.children[:n]
 
     def ready(self) -> "Child | None":
         """The first helper if it serves; else None, and it starts without waiting: a start
         costs ~0.25 s of interpreter and imports, about 30 of the annealer's calls, which the
         caller meanwhile computes alone (the other core is idle while a tuner anneals)."""
-        if self.pool is None:
-            self.pool = ChildPool(FeatureServer, size=1, name="feature")
-        child = self.pool.children[0]
-        if self.starting is child:
-            if not child.poll(0):
-                return None
-            self.starting = None
-            child.handshake(0)
-            return child
-        if child.alive:
-            return child
-        child.spawn()
-        self.starting = child
-        return None
+        child = self.children(1)[0]
+        if not child.alive and not child.starting:
+            child.spawn()
+        return child if child.ready() else None
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        self.pool = self.starting = None
+        self.pool = None
 
 
 MIN_CONFIGS_PER_GROUP_JOB = 48  # fewer: the hand-off costs about what it saves

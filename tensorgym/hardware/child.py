@@ -83,11 +83,22 @@ class Child:
         self.busy = False
         self.progress: list[tuple[float, Any]] = []  # (time.monotonic() received, note)
         self._answer: Optional[tuple] = None  # seen by ``poll``, not yet taken by ``result``
+        self.starting = False  # spawned, its handshake not yet taken
         self.owner = os.getpid()
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def ready(self) -> bool:
+        """Whether it serves, without waiting: a start in progress (``spawn``) is done once its
+        handshake has arrived (a failed start raises ``ChildDied``, as ``handshake`` does)."""
+        if self.starting:  # also one that died while starting: its handshake says so
+            if not self.poll(0):
+                return False
+            self.handshake(0)
+            return True
+        return self.alive
 
     def start(self, timeout: float = 120.0) -> None:
         self.spawn()
@@ -108,6 +119,7 @@ class Child:
         self.owner = os.getpid()
         self.busy = False
         self._answer = None
+        self.starting = True
 
     def handshake(self, timeout: float = 120.0) -> None:
         try:
@@ -119,10 +131,14 @@ class Child:
             self.kill()
             raise ChildDied(f"the {self.name} process did not start:\n{value}")
         self.calls = 0
+        self.starting = False
 
     def send(self, method: str, *args: Any) -> None:
-        """Start a call; ``result`` collects it (lets a pool keep several children busy)."""
-        if not self.alive:
+        """Start a call; ``result`` collects it (lets a pool keep several children busy). A
+        child not started yet starts; one still starting is waited for."""
+        if self.starting:  # one that died while starting raises ChildDied here
+            self.handshake()
+        elif not self.alive:
             self.start()
         self.progress, self._answer = [], None
         try:
@@ -181,7 +197,7 @@ class Child:
     def kill(self) -> None:
         proc, conn = self.proc, self.conn
         self.proc = self.conn = None
-        self.busy = False
+        self.busy = self.starting = False
         self._answer = None
         if proc is not None and self.owner != os.getpid():
             return  # a forked copy of the owner: the process is not ours to end
