@@ -15,7 +15,7 @@ Python, so ``relation`` and ``context`` rows of a batch come from the fast path 
 (``fast.py``): the template's loop structure with the knob values as NumPy arrays over the whole
 batch (``nest.py``, ``nest_cpu.py``, ``nest_gpu.py``), no lowering, the same rows bit for bit;
 ``featurize(..., fast=False)`` always lowers (the reference). ``featurize`` also keeps an LRU
-cache of ``CACHE_SIZE`` rows per mode keyed by (workload, space name, knob values): search
+cache of ``CACHE_SIZE`` rows per mode keyed by each config's space and knob choices: search
 revisits configs. The cache is per process and not locked; call ``featurize`` from one thread at
 a time. ``feature_names(mode)`` names every column.
 """
@@ -155,8 +155,12 @@ class Featurizer:
 
         _check_mode(mode)
         configs = list(configs)
+        checked: set[int] = set()  # the spaces seen: configs of one space pass or fail alike
         for c in configs:
-            _check_config(workload, c)
+            if not isinstance(c, Config) or id(c.space_key) not in checked:
+                _check_config(workload, c)
+                if c.space_key is not None:
+                    checked.add(id(c.space_key))
         if mode == "ast":
             programs = [lower(workload, c) for c in configs]
             trees = [ast_arrays(p) for p in programs]
@@ -171,7 +175,8 @@ class Featurizer:
             return out
         cache = self.rows[mode]
         wkey = workload.key
-        keys = [(wkey, _template_of(c), tuple(c.values.items())) for c in configs]
+        keys = [(c.space_key, c.choices) if c.space_key is not None  # knob values, cheaply
+                else (wkey, c.space_name, tuple(c.values.items())) for c in configs]
         missing: dict = {}
         for r, key in enumerate(keys):
             row = cache.get(key)
