@@ -9,9 +9,10 @@ import pytest
 
 import tensorgym.features as features
 from tensorgym.features import MAX_LOOPS, _from_summary, featurize
-from tensorgym.features.context import summarize
+from tensorgym.features.context import CTX, summarize
 from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
-from tensorgym.features.nest import Unsupported
+from tensorgym.features.nest import (KIND, Access, Buf, Div, Loop, Mod, Nest, Stmt, Unsupported,
+                                     Var, analyze)
 from tensorgym.features.nest_cpu import cpu_groups
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
@@ -172,3 +173,18 @@ def test_a_config_of_another_workloads_space_is_refused():
     stranger = space_for(c9, "cpu").sample(np.random.default_rng(0), 30)
     with pytest.raises(ValueError, match="does not fit"):
         featurize(c6, stranger)
+
+
+def test_non_affine_parts_of_one_index_dimension_add_up():
+    """Two non-affine parts in one dimension (4 * (f // 4) + f % 4, which is f): their spans
+    add and their value counts multiply, as the lowering path's index analysis has it."""
+    n, ext = 2, np.array([12, 8])
+    inp = Buf("inp", np.full((n, 1), 100, np.int64))
+    out = Buf("out", np.full((n, 1), 12, np.int64))
+    parts = [(4, Div(Var("f"), 4), True), (1, Mod(Var("f"), 4), True)]
+    stmt = Stmt([Access(out, [{"f": 1}], writes=1), Access(inp, [{}], [parts], reads=1)])
+    s = analyze(Nest(n, [inp, out], [], [], [Loop("f", ext, KIND["parallel"], [stmt])]))
+    # each buffer: f's 12 (8) values, 4 bytes each
+    footprint = 2 * 4 * ext
+    np.testing.assert_array_equal(s.context[CTX["footprint_bytes"], 0],
+                                  np.log2(1.0 + footprint).astype(np.float32))

@@ -301,6 +301,19 @@ def _rows(n: int, values: list, dtype) -> np.ndarray:
     return out
 
 
+def _scatter(x: np.ndarray, at: tuple[list, list, list]) -> None:
+    """``x[j, i] = v`` for the (j, i, v) of ``at``, each (j, i) once; a v is a number per
+    config, or one for all."""
+    one = [t for t, v in enumerate(at[2]) if not isinstance(v, np.ndarray)]
+    per_config = [t for t, v in enumerate(at[2]) if isinstance(v, np.ndarray)]
+    if one:
+        x[[at[0][t] for t in one], [at[1][t] for t in one]] = \
+            np.array([at[2][t] for t in one], x.dtype)[:, None]
+    if per_config:
+        x[[at[0][t] for t in per_config], [at[1][t] for t in per_config]] = \
+            np.array([at[2][t] for t in per_config])
+
+
 @dataclass
 class _Buffer:
     """Per-loop figures of one buffer over all its accesses, (loops, n) each (None: not
@@ -430,23 +443,25 @@ class _Analysis:
         of = np.array([a for a, _ in dims])
         first_dim = np.flatnonzero(np.r_[True, of[1:] != of[:-1]])
         shape = np.empty((len(dims), n), np.int64)
-        strides = np.empty((len(dims), n), np.int64)
         coeff = np.zeros((k_max, len(dims), n), np.int64)
-        position: dict = {}
+        positions: dict = {}  # chain -> {loop variable: chain position}; accesses share chains
         for a, (acc, chain, _) in enumerate(items):
             ks = chain[::-1]
             slot[:len(ks), a] = ks
+            if chain not in positions:
+                positions[chain] = {self.loops[s].var: j for j, s in enumerate(ks)}
+        at: tuple[list, list, list] = ([], [], [])  # (position, dimension, coefficient) terms
         for i, (a, d) in enumerate(dims):
             acc, chain = items[a][0], items[a][1]
-            if a not in position:
-                position[a] = {self.loops[s].var: j for j, s in enumerate(chain[::-1])}
-                buf_strides = acc.buf.strides
             shape[i] = acc.buf.shape[:, d]
-            strides[i] = buf_strides[:, d]
+            position = positions[chain]
             for var, c in acc.affine[d].items():
-                j = position[a].get(var)
+                j = position.get(var)
                 if j is not None:
-                    coeff[j, i] = c
+                    at[0].append(j)
+                    at[1].append(i)
+                    at[2].append(c)
+        _scatter(coeff, at)  # each (position, dimension) once: a variable has one place
         pad = np.ones((1, n), np.int64)
         ext = np.concatenate([self.ext, pad])[slot]
         virtual = np.concatenate([self.virtual, pad < 1])[slot]
@@ -458,22 +473,16 @@ class _Analysis:
         _prefix(span, np.add)
         span += 1
         distinct = _prefix(np.where(coeff != 0, ext_d, 1), np.multiply)
-        for i, (a, d) in enumerate(dims):
-            acc, chain = items[a][0], items[a][1]
-            k = len(chain)
-            for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
-                if np.any(on):
-                    if (id(e), chain) not in self._opaques:  # accesses share index parts
-                        self._opaques[id(e), chain] = self._opaque(e, chain)
-                    s_o, c_o, dom = self._opaques[id(e), chain]
-                    span[:k, i] += np.where(on, np.abs(scale) * (s_o - 1), 0)
-                    distinct[:k, i] *= np.where(on, c_o, 1)
-                    coeff[:k, i] += np.where(on, scale * dom, 0)
+        self._add_opaque(items, dims, span, distinct, coeff)
         np.minimum(span, shape, out=span)
         np.minimum(span, distinct, out=span)
         touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
         if "stride" in self.optional:
-            coeff *= strides
+            strides = {}  # per buffer: accesses share buffers
+            for acc, _, _ in items:
+                if acc.buf not in strides:
+                    strides[acc.buf] = acc.buf.strides
+            coeff *= np.array([strides[items[a][0].buf][:, d] for a, d in dims])
             stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
         extent_product = _prefix(ext.copy(), np.multiply)
         on = np.array([item[2] for item in items])
@@ -529,27 +538,64 @@ class _Analysis:
                     best, first = self.best_read[acc.buf]
                     self.best_read[acc.buf] = (np.maximum(best, e), np.where(e > best, a, first))
 
-    def _opaque(self, e, chain: tuple):
-        """(span, distinct values, coefficient), (chain positions, n) each, of a non-affine
-        index part at every loop of ``chain`` (innermost first): its range grows as the loops
-        of its variables start running."""
+    def _add_opaque(self, items: list, dims: list, span: np.ndarray, distinct: np.ndarray,
+                    coeff: np.ndarray) -> None:
+        """Add the non-affine index parts to the (chain position, dimension, n) ``span``,
+        ``distinct`` and ``coeff`` of the affine ones, all parts at once."""
+        parts = []  # (dimension, chain length, scale, steps, on)
+        for i, (a, d) in enumerate(dims):
+            acc, chain = items[a][0], items[a][1]
+            for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
+                if np.any(on):
+                    parts.append((i, len(chain), scale, self._opaque(e, chain), on))
+        if not parts:
+            return
+        shape = (span.shape[0], len(parts), self.n)
+        more, times = np.zeros(shape, np.int64), np.ones(shape, np.int64)
+        moves = np.zeros(shape, np.int64)
+        for p, (_, k, _, steps, _) in enumerate(parts):
+            for j, s_o, c_o, dom in steps:
+                more[j:k, p] = s_o - 1
+                times[j:k, p] = c_o
+                moves[j, p] = dom
+        on = _rows(self.n, [on for *_, on in parts], bool)
+        scale = _rows(self.n, [sc for _, _, sc, _, _ in parts], np.int64) * on
+        more *= np.abs(scale)
+        times = np.where(on, times, 1)
+        moves *= scale
+        dim = [i for i, *_ in parts]
+        if len(set(dim)) == len(dim):
+            span[:, dim] += more
+            distinct[:, dim] *= times
+            coeff[:, dim] += moves
+        else:  # a dimension with several parts: each adds (multiplies) in turn
+            np.add.at(span, (slice(None), dim), more)
+            np.multiply.at(distinct, (slice(None), dim), times)
+            np.add.at(coeff, (slice(None), dim), moves)
+
+    def _opaque(self, e, chain: tuple) -> list[tuple[int, Num, Num, Num]]:
+        """A non-affine index part along ``chain`` (innermost first), as steps (j, span,
+        distinct values, coefficient): from chain position j on the part has that span and
+        count of values, and one step of the loop at j moves it by the coefficient; its range
+        grows as the loops of its variables start running (before the first step: one value)."""
+        key = (id(e), chain)  # accesses share index parts
+        if key in self._opaques:
+            return self._opaques[key]
         ks = chain[::-1]
-        shape = (len(ks), self.n)
-        span, distinct = np.ones(shape, np.int64), np.ones(shape, np.int64)
-        coeff = np.zeros(shape, np.int64)
         variables = expr_vars(e)
         mine = [(j, s) for j, s in enumerate(ks) if self.loops[s].var in variables]
+        steps = []
         for i, (j, s) in enumerate(mine):
             if self.virtual[s].any():
                 raise NotImplementedError("a virtual loop inside a non-affine index")
             running = tuple(s for _, s in mine[:i + 1])  # the range depends on these loops only
             active = {self.loops[s].var: self.ext[s] for s in running}
-            span[j:], distinct[j:] = self._range(e, active, running)
             var = self.loops[s].var
             if (id(e), var) not in self._coeffs:
                 self._coeffs[id(e), var] = dominant_coeff(e, var)
-            coeff[j] = self._coeffs[id(e), var]
-        return span, distinct, coeff
+            steps.append((j, *self._range(e, active, running), self._coeffs[id(e), var]))
+        self._opaques[key] = steps
+        return steps
 
     def _range(self, e, active: dict, running: tuple) -> tuple[Num, Num]:
         """``value_range`` memoized by node and running loops: index parts share subexpressions."""

@@ -94,10 +94,12 @@ def split_groups(compute: Callable[[Sequence], np.ndarray], remote: Callable[[Ch
     """Rows of ``configs`` computed by ``compute`` here for some groups (by ``key``) of configs,
     and by one helper for the others (``remote(child, configs)`` sends it the job): whole groups,
     about half the configs each side."""
+    if n_jobs < 2 or len(configs) < 2 * MIN_CONFIGS_PER_GROUP_JOB:
+        return compute(configs)
     groups: dict = {}
     for i, c in enumerate(configs):
         groups.setdefault(key(c), []).append(i)
-    if n_jobs < 2 or len(groups) < 2 or len(configs) < 2 * MIN_CONFIGS_PER_GROUP_JOB:
+    if len(groups) < 2:
         return compute(configs)
     theirs: list[int] = []
     for idx in sorted(groups.values(), key=len, reverse=True):
