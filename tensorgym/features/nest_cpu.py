@@ -59,6 +59,17 @@ def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.n
     return [(np.arange(len(configs)), cpu.build())]
 
 
+def _places_of(lid: np.ndarray) -> dict[int, list[int]]:
+    """Per loop, the places (rows of ``lid``: the loop of each config at each place) where
+    some config has it, in order."""
+    there = np.zeros((int(lid.max(initial=0)) + 1, len(lid)), bool)
+    there[lid, np.arange(len(lid))[:, None]] = True
+    out: dict[int, list[int]] = {}
+    for loop, place in zip(*(a.tolist() for a in np.nonzero(there))):
+        out.setdefault(loop, []).append(place)
+    return out
+
+
 def _on(mask: np.ndarray) -> "np.ndarray | bool":
     """``mask`` as an ``on`` field: True where it holds for all configs."""
     return True if mask.all() else mask
@@ -195,8 +206,9 @@ class _CpuNest:
         where = self.inner_at >= 0
         inner[where] = self.block.lid[self.inner_at[where], np.nonzero(where)[1]]
         self.inner = _Part("i", inner)
-        self.exts = {p.prefix: self.ext_of[p.lid, cols]
-                     for p in (self.outer, self.block, self.inner)}
+        parts = (self.outer, self.block, self.inner)
+        self.exts = {p.prefix: self.ext_of[p.lid, cols] for p in parts}
+        self.places_of = {p.prefix: _places_of(p.lid) for p in parts}
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
 
     def ext(self, part: _Part, on: "np.ndarray | bool" = True) -> np.ndarray:
@@ -224,16 +236,18 @@ class _CpuNest:
         block = f[:, -1] if 2 not in levels and f.shape[1] == 3 else 1
         coeffs = {level: np.prod(f[:, level + 1:], axis=1) // block for level in levels}
         table = np.zeros((len(self.loops) + 1, self.n), np.int64)  # coefficient per loop
-        mine = np.zeros(len(self.loops) + 1, bool)
         for level, coeff in coeffs.items():
-            i = self.loop_id[id(ax), level]
-            table[i], mine[i] = coeff, True
+            table[self.loop_id[id(ax), level]] = coeff
         affine, opaque = {}, []
         cols = np.arange(self.n)
+        mine = [self.loop_id[id(ax), level] for level in coeffs]
         for part in (self.outer, self.block, self.inner):
-            rows = table[part.lid, cols]
-            for i in np.flatnonzero(mine[part.lid].any(axis=1)):
-                affine[part.var(i)] = rows[i]
+            places_of = self.places_of[part.prefix]
+            places = sorted({i for loop in mine for i in places_of.get(loop, ())})
+            if places:
+                rows = table[part.lid, cols]
+                for i in places:
+                    affine[part.var(i)] = rows[i]
         if not ax.reduce and 0 in coeffs:
             i = self.spatial.index(ax)
             fused, coeff = self.fused[i], coeffs[0]
