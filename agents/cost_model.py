@@ -40,6 +40,20 @@ def _check_xy(X: np.ndarray, y: np.ndarray | None = None) -> tuple[np.ndarray, n
     return X, y
 
 
+def _informative_columns(X: np.ndarray) -> np.ndarray:
+    """The columns a fit needs, in order: a column constant over the training rows splits
+    nothing, and one equal to an earlier column over those rows splits them as that one does,
+    with the same gain, and XGBoost takes the earlier column on a tie. Without them the trees
+    are the same. Half the relation columns of a C6 tune are constant, and of the others
+    ~40% repeat another (the relation features' neighbouring thresholds): a fit on the rest
+    is ~15% faster."""
+    varies = np.flatnonzero((X != X[:1]).any(axis=0))
+    if not len(varies):
+        return np.arange(X.shape[1])
+    _, first = np.unique(X[:, varies].T, axis=0, return_index=True)
+    return varies[np.sort(first)]
+
+
 class XGBoostCostModel:
     """Gradient boosted trees (XGBoost) with the rank loss of Equation 2 or squared error.
 
@@ -99,10 +113,7 @@ class XGBoostCostModel:
         if groups_arr.shape != y.shape:
             raise ValueError("groups must give one group id per row")
         order = np.argsort(groups_arr, kind="stable")  # XGBoost wants rows sorted by query id
-        # columns constant over the training rows can split nothing: without them the trees are
-        # the same and a fit is ~13% faster (half the relation columns of a C6 tune are constant)
-        varies = np.flatnonzero((X != X[:1]).any(axis=0))
-        self._columns = varies if len(varies) else np.arange(X.shape[1])
+        self._columns = _informative_columns(X)
         dtrain = xgb.DMatrix(X[order][:, self._columns], label=y[order],
                              nthread=self.fit_threads)
         if self.loss == "rank":

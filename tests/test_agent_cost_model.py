@@ -95,6 +95,29 @@ def test_constant_columns_change_nothing(loss):
 
 
 @pytest.mark.parametrize("loss", ["rank", "reg"])
+def test_repeated_columns_change_nothing(loss):
+    """A column equal to an earlier one over the training rows is left out of the fit: the
+    model is the one XGBoost fits on all the columns (on a tie it splits on the earlier column),
+    also where held-out rows tell the two apart."""
+    import xgboost as xgb
+
+    X, y = throughput_data(6, 300)
+    rng = np.random.default_rng(1)
+    wide = np.insert(X, [3, 7, 12], X[:, [0, 1, 5]], axis=1)  # copies after their originals
+    held_out = wide[:50].copy()
+    held_out[:, [3, 8, 14]] = rng.random((50, 3), np.float32)  # the copies differ here
+    model = XGBoostCostModel(loss=loss, n_rounds=50)
+    model.fit(wide[50:], y[50:])
+    assert len(model._columns) == X.shape[1]
+    train = xgb.DMatrix(wide[50:], label=y[50:])
+    if loss == "rank":
+        train.set_info(qid=np.zeros(250, np.int64))
+    full = xgb.train(model.params, train, num_boost_round=50)
+    expected = np.asarray(full.inplace_predict(held_out, predict_type="margin"), np.float64)
+    assert np.array_equal(model.predict(held_out), expected)
+
+
+@pytest.mark.parametrize("loss", ["rank", "reg"])
 def test_a_fit_on_two_threads_is_the_fit_on_one(loss):
     """Fits run on ``fit_threads`` (2) and predictions on ``nthread`` (1): the trees, and so the
     predictions, are those of a fit on one thread, bit for bit."""
