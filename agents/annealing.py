@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import importlib
-import os
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -22,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tensorgym.hardware.child import Child, ChildDied, ChildError, ChildTimeout
+from tensorgym.hardware.host import DeviceLock
 from tensorgym.space import Config, ConfigSpace
 
 ScoreFn = Callable[[Sequence[Config]], np.ndarray]
@@ -176,11 +176,12 @@ class WalkHelper:
     """A helper process that walks groups of chains (``ParallelAnnealer.find_maximums``'s
     ``others``) while the caller walks its own. ``start`` launches it without waiting: it
     imports ``modules`` and runs ``warm()`` (picklable), ~0.4 s in all, so that its first walk
-    is as quick as the caller's. It runs at the lowest CPU priority (nice 19): it starts while
-    a tuner measures its first batch and must not slow a kernel being timed, and it walks only
-    while the caller does, when the cores are otherwise idle. ``close`` stops it. A helper that
-    fails is reported once and not started again: the caller then walks every group itself,
-    with the same results."""
+    is as quick as the caller's. A tuner starts it while its first batch is measured: it starts
+    holding the host's build lock (``tensorgym.hardware.host.DeviceLock``) shared, as a build
+    does, so no kernel is timed on these cores until it serves. Then it walks only while the
+    caller does, when the cores are otherwise idle. ``close`` stops it. A helper that fails is
+    reported once and not started again: the caller then walks every group itself, with the
+    same results."""
 
     def __init__(self, modules: Sequence[str] = (),
                  warm: "Callable[[], object] | None" = None) -> None:
@@ -196,11 +197,12 @@ class WalkHelper:
 
     def start(self) -> None:
         if not self.failed and not self.child.alive:
-            self.child.spawn()
             try:
-                os.setpriority(os.PRIO_PROCESS, self.child.proc.pid, 19)
-            except (AttributeError, OSError):  # no such call here: it runs at the usual priority
-                pass
+                if self.child.start_lock is None:
+                    self.child.start_lock = DeviceLock("host")
+                self.child.spawn()
+            except OSError as e:  # no lock file, no process: walk here
+                self._fail(e)
 
     def others(self, score: ScoreFn) -> "Callable[[list[Walk]], Callable[[], list[tuple]]]":
         """``find_maximums``'s ``others``: the first of the walks on the helper (scored by the
@@ -242,3 +244,5 @@ class WalkHelper:
 
     def close(self) -> None:
         self.child.kill()
+        if self.child.start_lock is not None:
+            self.child.start_lock.close()

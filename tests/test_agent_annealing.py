@@ -1,10 +1,13 @@
 """Parallel simulated annealing over a known synthetic model."""
+import functools
 import os
+import time
 
 import numpy as np
 import pytest
 
 from tensorgym.agents.annealing import ParallelAnnealer, WalkHelper
+from tensorgym.hardware.host import DeviceLock
 from tensorgym.space import ConfigSpace, other_knob
 
 SPACE = ConfigSpace("sa/cpu", tuple(other_knob(f"k{i}", list(range(6))) for i in range(5)))
@@ -114,6 +117,21 @@ def test_a_walk_helper_walks_a_group_with_the_same_result_as_here():
     finally:
         helper.close()
     assert not helper.child.alive
+
+
+def test_a_walk_helper_starts_under_the_build_lock(tmp_path):
+    """Its start (imports and a warm-up: a core's work) holds the host's build lock shared, as a
+    build does, so a kernel is timed (the lock held exclusively) only once the helper serves."""
+    helper = WalkHelper(warm=functools.partial(time.sleep, 1.0))
+    helper.child.start_lock = DeviceLock("host", tmp_path)
+    helper.start()
+    try:
+        assert helper.child.starting
+        with DeviceLock("host", tmp_path).exclusive():  # what a timed run takes
+            assert helper.child.ready()
+        assert _walks(2, helper) == _walks(2)
+    finally:
+        helper.close()
 
 
 def test_a_walk_helper_that_dies_in_a_walk_is_reported_and_the_walk_done_here():

@@ -5,6 +5,10 @@ multiprocessing's ``spawn`` re-imports the caller's ``__main__``, so a plain scr
 ``python -m tensorgym.hardware.child FD``: it imports only tensorgym, builds one server object
 from a picklable factory, and answers ``(method, args)`` calls over a pipe.
 
+A child may start under a lock (``start_lock``: a ``DeviceLock`` held shared from ``spawn``
+until it serves, as a build holds it), so that its start, which takes a core for its imports,
+never runs while a kernel is timed on the same cores.
+
 During a call, a server may report progress: ``serve`` gives a server that has a ``notify``
 attribute a function that sends a note to the parent, where ``Child.progress`` collects the notes
 of the call in flight (``poll`` waits for the answer without taking it).
@@ -29,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 if TYPE_CHECKING:
+    from .host import DeviceLock
     from .zygote import Zygote
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,14 +52,18 @@ class ChildTimeout(Exception):
 
 
 def launch(module: str, factory: Callable[..., Any], args: tuple,
-           env: "dict[str, str] | None" = None) -> tuple[subprocess.Popen, Connection]:
-    """Start ``python -m module FD`` and send it ``sys.path`` and what to serve."""
+           env: "dict[str, str] | None" = None,
+           held: "int | None" = None) -> tuple[subprocess.Popen, Connection]:
+    """Start ``python -m module FD [HELD]`` and send it ``sys.path`` and what to serve; ``held``,
+    a descriptor that holds a lock (``DeviceLock.shared_fd``), goes to the process, which
+    closes it once it serves."""
     ours, theirs = socket.socketpair()
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    fds = (theirs.fileno(),) if held is None else (theirs.fileno(), held)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", module, str(theirs.fileno())],
-                                stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), env=env,
+        proc = subprocess.Popen([sys.executable, "-m", module, *map(str, fds)],
+                                stdin=subprocess.PIPE, pass_fds=fds, env=env,
                                 start_new_session=True)
     finally:
         theirs.close()
@@ -75,8 +84,11 @@ class Child:
     env: dict = {}  # and with which variables besides the caller's
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child",
-                 zygote: "Zygote | None" = None) -> None:
+                 zygote: "Zygote | None" = None, start_lock: "DeviceLock | None" = None) -> None:
+        if zygote is not None and start_lock is not None:
+            raise ValueError("a zygote's fork is already started: it takes no start_lock")
         self.factory, self.args, self.name, self.zygote = factory, args, name, zygote
+        self.start_lock = start_lock  # held shared from spawn until the process serves
         self.proc: Optional[subprocess.Popen] = None
         self.conn: Optional[Connection] = None
         self.calls = 0  # calls answered since the last start
@@ -115,7 +127,13 @@ class Child:
             except ChildError as e:
                 raise ChildDied(f"the {self.name} process did not start: {e}") from None
         else:
-            self.proc, self.conn = launch(self.module, self.factory, self.args, self.env)
+            held = self.start_lock.shared_fd() if self.start_lock is not None else None
+            try:
+                self.proc, self.conn = launch(self.module, self.factory, self.args, self.env,
+                                              held)
+            finally:
+                if held is not None:
+                    os.close(held)  # the process's copy holds the lock now
         self.owner = os.getpid()
         self.busy = False
         self._answer = None
@@ -294,12 +312,12 @@ def _exit_with_parent() -> None:
         os._exit(0)
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, held: "int | None" = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     server = build_server(conn)
     if server is not None:
-        serve_object(conn, server)
+        serve_object(conn, server, held)
 
 
 def build_server(conn: Connection) -> Any:
@@ -315,11 +333,14 @@ def build_server(conn: Connection) -> Any:
         return None
 
 
-def serve_object(conn: Connection, server: Any) -> None:
-    """Answer the parent's calls on ``server`` until the pipe closes."""
+def serve_object(conn: Connection, server: Any, held: "int | None" = None) -> None:
+    """Answer the parent's calls on ``server`` until the pipe closes (first closing ``held``,
+    the lock it started under, once the parent has heard that it serves)."""
     if hasattr(server, "notify"):
         server.notify = lambda note: conn.send(("progress", note))
     conn.send(("ok", None))
+    if held is not None:
+        os.close(held)
     while True:
         try:
             method, args = conn.recv()
@@ -333,4 +354,4 @@ def serve_object(conn: Connection, server: Any) -> None:
 
 
 if __name__ == "__main__":
-    serve(Connection(int(sys.argv[1])))
+    serve(Connection(int(sys.argv[1])), int(sys.argv[2]) if len(sys.argv) > 2 else None)

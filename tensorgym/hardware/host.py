@@ -99,6 +99,23 @@ class DeviceLock:
     def exclusive(self):
         return self._held(fcntl.LOCK_EX)
 
+    def shared_fd(self) -> int:
+        """A new descriptor of the lock file that holds the lock shared (after the turnstile,
+        as ``shared``), to hand to another process: the lock is held until every copy of the
+        descriptor is closed (a process that ends closes its own)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        turn = self._turnstile()
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def shared(self):
         return self._held(fcntl.LOCK_SH)
 
