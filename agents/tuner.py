@@ -177,6 +177,7 @@ class ModelTuner(SearchStrategy):
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
         # every result told (prior ones first) and the transfer source data
+        self._refit = False  # results told since the model's last fit
         self.model = None
         self.history: list[MeasureResult] = []
         self.source_data = None
@@ -340,7 +341,10 @@ class ModelTuner(SearchStrategy):
 
     def tell(self, results: Sequence[MeasureResult]) -> None:
         """Results (prior ones, then each measured batch) train the model and are never
-        proposed again; ``history`` keeps them all since ``reset``."""
+        proposed again; ``history`` keeps them all since ``reset``. The model is refitted when
+        it is next used (the next ``ask``, or reading ``model``): after a tune's last batch no
+        fit is made that nothing reads, and every model read is the one an eager fit after
+        each ``tell`` would give."""
         configs, gflops = self._data
         for r in results:
             self._measured.add(r.config.index)
@@ -348,8 +352,21 @@ class ModelTuner(SearchStrategy):
             gflops.append(r.gflops)
         self.history += results
         if max(gflops, default=0.0) > 0:
-            self._fit(self.model, self._features, configs, gflops, self._meter)
+            self._refit = True
             self._model_ready = True
+
+    @property
+    def model(self) -> "CostModel | None":
+        """The cost model, fitted on every result told so far (``None`` before ``reset``)."""
+        if self._refit:
+            self._refit = False
+            configs, gflops = self._data
+            self._fit(self._model, self._features, configs, gflops, self._meter)
+        return self._model
+
+    @model.setter
+    def model(self, model: "CostModel | None") -> None:
+        self._model, self._refit = model, False
 
     def _walks_elsewhere(self, env_u: Any, modules: tuple[str, ...]) -> bool:
         """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
