@@ -134,6 +134,20 @@ def test_a_walk_helper_starts_under_the_build_lock(tmp_path):
         helper.close()
 
 
+def test_a_helper_that_hangs_while_starting_holds_the_build_lock_only_so_long(tmp_path):
+    """A timed run waits for a starting helper ``start_lock_limit`` seconds at most (one that
+    hangs must not hold off timing for good); the helper starts on meanwhile."""
+    helper = WalkHelper(warm=functools.partial(time.sleep, 30.0))
+    helper.child.start_lock = DeviceLock("host", tmp_path)
+    helper.child.start_lock_limit = 0.5
+    helper.start()
+    try:
+        with DeviceLock("host", tmp_path).exclusive():
+            assert not helper.child.ready() and helper.child.alive
+    finally:
+        helper.close()
+
+
 def test_a_walk_helper_that_dies_in_a_walk_is_reported_and_the_walk_done_here():
     helper = WalkHelper()
     try:

@@ -7,7 +7,8 @@ from a picklable factory, and answers ``(method, args)`` calls over a pipe.
 
 A child may start under a lock (``start_lock``: a ``DeviceLock`` held shared from ``spawn``
 until it serves, as a build holds it), so that its start, which takes a core for its imports,
-never runs while a kernel is timed on the same cores.
+never runs while a kernel is timed on the same cores. It holds it ``START_LOCK_LIMIT_S`` at
+most: a child that hangs while starting must not hold off timed runs for good.
 
 During a call, a server may report progress: ``serve`` gives a server that has a ``notify``
 attribute a function that sends a note to the parent, where ``Child.progress`` collects the notes
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .zygote import Zygote
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+START_LOCK_LIMIT_S = 30.0  # the longest a child holds the lock it starts under (a start: ~0.5 s)
 
 
 class ChildError(Exception):
@@ -53,16 +55,17 @@ class ChildTimeout(Exception):
 
 def launch(module: str, factory: Callable[..., Any], args: tuple,
            env: "dict[str, str] | None" = None,
-           held: "int | None" = None) -> tuple[subprocess.Popen, Connection]:
-    """Start ``python -m module FD [HELD]`` and send it ``sys.path`` and what to serve; ``held``,
-    a descriptor that holds a lock (``DeviceLock.shared_fd``), goes to the process, which
-    closes it once it serves."""
+           held: "tuple[int, float] | None" = None) -> tuple[subprocess.Popen, Connection]:
+    """Start ``python -m module FD [HELD LIMIT]`` and send it ``sys.path`` and what to serve;
+    ``held`` (a descriptor that holds a lock, ``DeviceLock.shared_fd``, and a limit in seconds)
+    goes to the process, which closes it once it serves, or after the limit."""
     ours, theirs = socket.socketpair()
     env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    fds = (theirs.fileno(),) if held is None else (theirs.fileno(), held)
+    fds = (theirs.fileno(),) if held is None else (theirs.fileno(), held[0])
+    limit = () if held is None else (str(held[1]),)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", module, *map(str, fds)],
+        proc = subprocess.Popen([sys.executable, "-m", module, *map(str, fds), *limit],
                                 stdin=subprocess.PIPE, pass_fds=fds, env=env,
                                 start_new_session=True)
     finally:
@@ -89,6 +92,7 @@ class Child:
             raise ValueError("a zygote's fork is already started: it takes no start_lock")
         self.factory, self.args, self.name, self.zygote = factory, args, name, zygote
         self.start_lock = start_lock  # held shared from spawn until the process serves
+        self.start_lock_limit = START_LOCK_LIMIT_S  # or this long at most
         self.proc: Optional[subprocess.Popen] = None
         self.conn: Optional[Connection] = None
         self.calls = 0  # calls answered since the last start
@@ -130,7 +134,8 @@ class Child:
             held = self.start_lock.shared_fd() if self.start_lock is not None else None
             try:
                 self.proc, self.conn = launch(self.module, self.factory, self.args, self.env,
-                                              held)
+                                              None if held is None else
+                                              (held, self.start_lock_limit))
             finally:
                 if held is not None:
                     os.close(held)  # the process's copy holds the lock now
@@ -312,7 +317,26 @@ def _exit_with_parent() -> None:
         os._exit(0)
 
 
-def serve(conn: Connection, held: "int | None" = None) -> None:
+class _HeldLock:
+    """The lock a child started under (a descriptor that holds it), released once: when the
+    child serves, or after ``limit`` seconds."""
+
+    def __init__(self, fd: int, limit: float) -> None:
+        self.fd: Optional[int] = fd
+        self._mutex = threading.Lock()
+        self._timer = threading.Timer(limit, self.release)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def release(self) -> None:
+        with self._mutex:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+        self._timer.cancel()
+
+
+def serve(conn: Connection, held: "_HeldLock | None" = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     server = build_server(conn)
@@ -333,14 +357,14 @@ def build_server(conn: Connection) -> Any:
         return None
 
 
-def serve_object(conn: Connection, server: Any, held: "int | None" = None) -> None:
-    """Answer the parent's calls on ``server`` until the pipe closes (first closing ``held``,
+def serve_object(conn: Connection, server: Any, held: "_HeldLock | None" = None) -> None:
+    """Answer the parent's calls on ``server`` until the pipe closes (first releasing ``held``,
     the lock it started under, once the parent has heard that it serves)."""
     if hasattr(server, "notify"):
         server.notify = lambda note: conn.send(("progress", note))
     conn.send(("ok", None))
     if held is not None:
-        os.close(held)
+        held.release()
     while True:
         try:
             method, args = conn.recv()
@@ -354,4 +378,5 @@ def serve_object(conn: Connection, server: Any, held: "int | None" = None) -> No
 
 
 if __name__ == "__main__":
-    serve(Connection(int(sys.argv[1])), int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    serve(Connection(int(sys.argv[1])),
+          _HeldLock(int(sys.argv[2]), float(sys.argv[3])) if len(sys.argv) > 3 else None)
