@@ -11,9 +11,10 @@ Printed per version: wall seconds per trial, the best it reported, that best re-
 after its tune and again at the end beside every other run's best (median of ``--rounds``
 interleaved rounds with PyTorch each time), the ratios reported / re-measured, and the ratio of
 the re-measured best to PyTorch measured in the same rounds. The machine drifts (up to 40% in
-half an hour), so "right after" is what says whether a reported best is true. "search %" is the
-share of the tune's wall time spent featurizing, fitting and predicting with the cost model and
-annealing (``--json``'s featurize + model + search). Also featurizing configs/s on one core, in
+half an hour), so "right after" is what says whether a reported best is true. "search s" is the
+tune's seconds spent featurizing, fitting and predicting with the cost model and annealing
+(``--json``'s featurize + model + search), "search %" their share of its wall time (which moves
+with the build time, so with the machine's speed). Also featurizing configs/s on one core, in
 one call of 2048 configs and in calls of 128 (as the annealer makes them).
 """
 from __future__ import annotations
@@ -144,14 +145,15 @@ def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
 
 
 def report(rows: list[dict], feats: dict) -> None:
-    print("\n| workload | version | seed | s/trial | wall s | search % | reported | right after | "
-          "reported/right after | re-measured at the end | reported/end | end/PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| workload | version | seed | s/trial | wall s | search s | search % | reported | "
+          "right after | reported/right after | re-measured at the end | reported/end | "
+          "end/PyTorch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
         rem, now = r.get("remeasured", 0.0), r.get("right_after", 0.0)
         print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
               f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
-              f"{search_share(r)} | {r['best_gflops']:.1f} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
+              f"{search_seconds(r)} | {search_share(r)} | {r['best_gflops']:.1f} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
               f"{rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
               f"{rem / r.get('torch', float('nan')):.2f} |")
     for name in dict.fromkeys(r["workload"] for r in rows):
@@ -167,6 +169,13 @@ def report(rows: list[dict], feats: dict) -> None:
         before, after = feats["before", size], feats["after", size]
         print(f"featurize conv2d-C6 relation, one core, calls of {size}: {before:.0f} -> "
               f"{after:.0f} configs/s ({after / before:.2f}x)")
+
+
+def search_seconds(row: dict) -> str:
+    """Featurizing, the cost model and annealing, in seconds: the share below moves with the
+    build time (the machine's speed) even where these seconds do not."""
+    t = row.get("time") or {}
+    return f"{sum(t.get(k, 0.0) for k in ('featurize', 'model', 'search')):.2f}" if t else "-"
 
 
 def search_share(row: dict) -> str:
