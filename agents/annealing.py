@@ -186,7 +186,8 @@ class WalkHelper:
     def __init__(self, modules: Sequence[str] = (),
                  warm: "Callable[[], object] | None" = None) -> None:
         self.modules, self.warm = tuple(modules), warm
-        self.child = Child(_WalkServer, self.modules, warm, name="annealing helper")
+        self.child = Child(_WalkServer, self.modules, warm, name="annealing helper",
+                           start_lock=DeviceLock("host"))
         self.failed = False
 
     def __getstate__(self) -> dict:  # a copy is a helper not started yet
@@ -198,8 +199,6 @@ class WalkHelper:
     def start(self) -> None:
         if not self.failed and not self.child.alive:
             try:
-                if self.child.start_lock is None:
-                    self.child.start_lock = DeviceLock("host")
                 self.child.spawn()
             except OSError as e:  # no lock file, no process: walk here
                 self._fail(e)
@@ -220,9 +219,7 @@ class WalkHelper:
         if self.failed:
             return False
         try:
-            if not self.child.alive and not self.child.starting:
-                self.start()
-            self.child.send("walk", walk, score)  # waits for a start still in progress
+            self.child.send("walk", walk, score)  # starts it, or waits for a start in progress
             return True
         except (ChildDied, ChildError, OSError) as e:
             self._fail(e)
@@ -244,5 +241,4 @@ class WalkHelper:
 
     def close(self) -> None:
         self.child.kill()
-        if self.child.start_lock is not None:
-            self.child.start_lock.close()
+        self.child.start_lock.close()

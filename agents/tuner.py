@@ -177,7 +177,6 @@ class ModelTuner(SearchStrategy):
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
         # every result told (prior ones first) and the transfer source data
-        self._refit = False  # results told since the model's last fit
         self.model = None
         self.history: list[MeasureResult] = []
         self.source_data = None
@@ -366,7 +365,8 @@ class ModelTuner(SearchStrategy):
 
     @model.setter
     def model(self, model: "CostModel | None") -> None:
-        self._model, self._refit = model, False
+        self._model = model
+        self._refit = False  # results told since the model's last fit
 
     def _walks_elsewhere(self, env_u: Any, modules: tuple[str, ...]) -> bool:
         """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
