@@ -18,9 +18,9 @@ two agree exactly. The template builders (``nest_cpu.py``, ``nest_gpu.py``) mirr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import chain
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -295,23 +295,16 @@ def _prefix(x: np.ndarray, op: np.ufunc) -> np.ndarray:
 
 
 def _rows(n: int, values: list, dtype) -> np.ndarray:
+    """(len(values), n) of ``dtype``: row j is ``values[j]``, a number per config or one for
+    all (two NumPy calls, not one per row)."""
     out = np.empty((len(values), n), dtype)
-    for j, v in enumerate(values):
-        out[j] = v
-    return out
-
-
-def _scatter(x: np.ndarray, at: tuple[list, list, list]) -> None:
-    """``x[j, i] = v`` for the (j, i, v) of ``at``, each (j, i) once; a v is a number per
-    config, or one for all."""
-    one = [t for t, v in enumerate(at[2]) if not isinstance(v, np.ndarray)]
-    per_config = [t for t, v in enumerate(at[2]) if isinstance(v, np.ndarray)]
-    if one:
-        x[[at[0][t] for t in one], [at[1][t] for t in one]] = \
-            np.array([at[2][t] for t in one], x.dtype)[:, None]
+    per_config = [j for j, v in enumerate(values) if isinstance(v, np.ndarray) and v.ndim]
     if per_config:
-        x[[at[0][t] for t in per_config], [at[1][t] for t in per_config]] = \
-            np.array([at[2][t] for t in per_config])
+        out[per_config] = np.array([values[j] for j in per_config])
+    if len(per_config) < len(values):
+        one = [j for j, v in enumerate(values) if not (isinstance(v, np.ndarray) and v.ndim)]
+        out[one] = np.array([values[j] for j in one])[:, None]
+    return out
 
 
 @dataclass
@@ -336,6 +329,73 @@ def _optional_figures(columns: "frozenset[str] | None") -> frozenset[str]:
     wanted = CTX if columns is None else columns
     return frozenset(f for f in ("stride", "read", "write")
                      if any(name.startswith("slot") and name.endswith(f"_{f}") for name in wanted))
+
+
+@dataclass(frozen=True)
+class _AccessPlan:
+    """The accesses' structure as ``_Analysis._accesses`` uses it: chain positions and index
+    dimensions, where each index term goes, and how the accesses group by buffer and loop."""
+
+    k_max: int  # the longest chain
+    slot: np.ndarray  # (k_max, accesses): the loop at each chain position, innermost first
+    dims: list  # (access, dimension) of the index dimensions analysed, by access
+    of: np.ndarray  # the access of each of them
+    first_dim: np.ndarray  # the first of each access's
+    buf_first: list  # per buffer, the first access of it
+    shape_row: np.ndarray  # per index dimension, its row among the buffers' stacked dimensions
+    at_j: list  # per index term: its chain position, its index dimension, where it comes from
+    at_i: list
+    at_src: list  # (access, dimension, variable)
+    at_loop: np.ndarray  # the loop of each
+    reads: np.ndarray  # (accesses, 1)
+    writes: np.ndarray
+    real: np.ndarray  # (k_max, accesses, 1): a loop, not the padding
+    order: np.ndarray  # the (chain position, access) cells sorted by (buffer, loop)
+    sorted_rows: np.ndarray
+    starts: np.ndarray  # where each (buffer, loop) group starts among them
+    glob: list  # the accesses of global buffers
+
+
+@lru_cache(maxsize=64)
+def _access_plan(structure: tuple) -> _AccessPlan:
+    n_loops, loop_vars, items = structure
+    k_max = max(1, *(len(it[3]) for it in items))
+    slot = np.full((k_max, len(items)), n_loops)
+    dims = []
+    for a, (_, _, _, loops, affine, opaque, _, _) in enumerate(items):
+        kept = [d for d in range(len(affine)) if affine[d] or (d < len(opaque) and opaque[d])]
+        dims += [(a, d) for d in kept or [0]]
+        slot[:len(loops), a] = loops[::-1]
+    of = np.array([a for a, _ in dims])
+    first_dim = np.flatnonzero(np.r_[True, of[1:] != of[:-1]])
+    buf_first, offsets, ndim = {}, {}, 0
+    for a, (b, _, n_dims, *_) in enumerate(items):
+        if b not in buf_first:
+            buf_first[b], offsets[b] = a, ndim
+            ndim += n_dims
+    shape_row = np.array([offsets[items[a][0]] + d for a, d in dims])
+    positions: dict = {}  # chain -> {loop variable: chain position}
+    at_j, at_i, at_src = [], [], []
+    for i, (a, d) in enumerate(dims):
+        loops = items[a][3]
+        if loops not in positions:
+            positions[loops] = {loop_vars[s]: j for j, s in enumerate(loops[::-1])}
+        for var in items[a][4][d]:
+            j = positions[loops].get(var)
+            if j is not None:
+                at_j.append(j)
+                at_i.append(i)
+                at_src.append((a, d, var))
+    row = np.array([it[0] for it in items]) * (n_loops + 1) + slot
+    order = np.argsort(row, axis=None, kind="stable")
+    sorted_rows = row.ravel()[order]
+    starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+    return _AccessPlan(k_max, slot, dims, of, first_dim, list(buf_first.values()), shape_row,
+                       at_j, at_i, at_src, slot[at_j, of[at_i]] if at_j else np.zeros(0, int),
+                       np.array([it[6] for it in items])[:, None],
+                       np.array([it[7] for it in items])[:, None],
+                       (slot < n_loops)[:, :, None], order, sorted_rows, starts,
+                       [a for a, it in enumerate(items) if it[1] == "global"])
 
 
 class _Analysis:
@@ -428,74 +488,53 @@ class _Analysis:
         how far one step of the loop moves it. Arrays are (chain position, access, n), and per
         index dimension (chain position, dimension, n) over the dimensions of all accesses that
         have index terms (one without any spans 1 and moves nothing: it changes no figure);
-        chains are padded with a loop of extent 1 at index ``n_loops``."""
+        chains are padded with a loop of extent 1 at index ``n_loops``. What depends on the
+        accesses' structure only is an :class:`_AccessPlan`, made once per structure."""
         n, n_loops = self.n, len(self.loops)
         if not items:
             return
-        n_acc = len(items)
-        k_max = max(1, *(len(chain) for _, chain, _ in items))
-        slot = np.full((k_max, n_acc), n_loops)
-        dims = []  # (access, dimension), by access
-        for a, (acc, _, _) in enumerate(items):
-            kept = [d for d in range(len(acc.affine))
-                    if acc.affine[d] or (d < len(acc.opaque) and acc.opaque[d])]
-            dims += [(a, d) for d in kept or [0]]
-        of = np.array([a for a, _ in dims])
-        first_dim = np.flatnonzero(np.r_[True, of[1:] != of[:-1]])
-        shape = np.empty((len(dims), n), np.int64)
-        coeff = np.zeros((k_max, len(dims), n), np.int64)
-        positions: dict = {}  # chain -> {loop variable: chain position}; accesses share chains
-        for a, (acc, chain, _) in enumerate(items):
-            ks = chain[::-1]
-            slot[:len(ks), a] = ks
-            if chain not in positions:
-                positions[chain] = {self.loops[s].var: j for j, s in enumerate(ks)}
-        at: tuple[list, list, list] = ([], [], [])  # (position, dimension, coefficient) terms
-        for i, (a, d) in enumerate(dims):
-            acc, chain = items[a][0], items[a][1]
-            shape[i] = acc.buf.shape[:, d]
-            position = positions[chain]
-            for var, c in acc.affine[d].items():
-                j = position.get(var)
-                if j is not None:
-                    at[0].append(j)
-                    at[1].append(i)
-                    at[2].append(c)
-        _scatter(coeff, at)  # each (position, dimension) once: a variable has one place
+        plan = _access_plan(self._structure(items))
+        k_max, slot, dims, first_dim = plan.k_max, plan.slot, plan.dims, plan.first_dim
+        bufs = [items[a][0].buf for a in plan.buf_first]
+        shape = np.concatenate([b.shape.T for b in bufs])[plan.shape_row]
+        # the index terms, (terms, n): the loop each sits at, and its coefficient there
         pad = np.ones((1, n), np.int64)
-        ext = np.concatenate([self.ext, pad])[slot]
-        virtual = np.concatenate([self.virtual, pad < 1])[slot]
-        ext_d = ext[:, of]
+        ext = np.concatenate([self.ext, pad])
+        values = _rows(n, [items[a][0].affine[d][var] for a, d, var in plan.at_src], np.int64)
         if self.any_virtual:  # lowering's first copy of an unrolled body has the variable at 0
-            coeff *= ~virtual[:, of]
-        span = np.abs(coeff)
-        span *= ext_d - 1
+            values *= ~np.concatenate([self.virtual, pad < 1])[plan.at_loop]
+        ext_t = ext[plan.at_loop]
+        # per (chain position, dimension): what the loop there adds to the span, and multiplies
+        # the count of distinct values by; their running sum and product outwards are the span
+        # and the count while the loops from the innermost to that one run
+        span = np.zeros((k_max, len(dims), n), np.int64)
+        span[plan.at_j, plan.at_i] = np.abs(values) * (ext_t - 1)
+        distinct = np.ones((k_max, len(dims), n), np.int64)
+        distinct[plan.at_j, plan.at_i] = np.where(values != 0, ext_t, 1)
+        coeff = None
+        if "stride" in self.optional:
+            coeff = np.zeros((k_max, len(dims), n), np.int64)
+            coeff[plan.at_j, plan.at_i] = values
+        later = self._add_opaque(items, dims, span, distinct, coeff)
         _prefix(span, np.add)
         span += 1
-        distinct = _prefix(np.where(coeff != 0, ext_d, 1), np.multiply)
-        self._add_opaque(items, dims, span, distinct, coeff)
+        _prefix(distinct, np.multiply)
+        for add in later:
+            add()
+        ext = ext[slot]
+        virtual = np.concatenate([self.virtual, pad < 1])[slot]
         np.minimum(span, shape, out=span)
         np.minimum(span, distinct, out=span)
         touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
         if "stride" in self.optional:
-            strides = {}  # per buffer: accesses share buffers
-            for acc, _, _ in items:
-                if acc.buf not in strides:
-                    strides[acc.buf] = acc.buf.strides
-            coeff *= np.array([strides[items[a][0].buf][:, d] for a, d in dims])
+            coeff *= np.concatenate([b.strides.T for b in bufs])[plan.shape_row]
             stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
         extent_product = _prefix(ext.copy(), np.multiply)
         on = np.array([item[2] for item in items])
-        reads = np.array([acc.reads for acc, _, _ in items])[:, None]
-        writes = np.array([acc.writes for acc, _, _ in items])[:, None]
-        real = (slot < n_loops)[:, :, None]
+        reads, writes, real = plan.reads, plan.writes, plan.real
 
         # per (buffer, loop): the largest footprint and stride, the sum of counts, any read/write
-        bufs = list(dict.fromkeys(acc.buf for acc, _, _ in items))
-        row = np.array([bufs.index(acc.buf) for acc, _, _ in items]) * (n_loops + 1) + slot
-        order = np.argsort(row, axis=None, kind="stable")
-        sorted_rows = row.ravel()[order]
-        starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+        order, sorted_rows, starts = plan.order, plan.sorted_rows, plan.starts
 
         def per_loop(values: np.ndarray, reduce: np.ufunc) -> np.ndarray:
             out = np.zeros((len(bufs) * (n_loops + 1), n), values.dtype)
@@ -513,7 +552,7 @@ class _Analysis:
         for i, buf in enumerate(bufs):
             self.buffers[buf] = _Buffer(*(f[i] for f in figures))
 
-        glob = [a for a, (acc, _, _) in enumerate(items) if acc.buf.scope == "global"]
+        glob = plan.glob
         if glob:
             # the memory a cache must hold for the data to be loaded once: the footprint of the
             # outermost loop whose footprint fits, times the iterations around that loop
@@ -538,40 +577,68 @@ class _Analysis:
                     best, first = self.best_read[acc.buf]
                     self.best_read[acc.buf] = (np.maximum(best, e), np.where(e > best, a, first))
 
+    def _structure(self, items: list[tuple[Access, tuple, np.ndarray]]) -> tuple:
+        """What ``_access_plan`` reads of the accesses: per access its buffer (by first use),
+        scope and dimensions, its chain and the chain's loop variables, which variables its
+        index terms name per dimension and which dimensions have non-affine parts, and its
+        load and store counts."""
+        first: dict = {}  # id of a buffer -> its number, by first use
+        out = []
+        for acc, chain, _ in items:
+            b = first.setdefault(id(acc.buf), len(first))
+            out.append((b, acc.buf.scope, acc.buf.shape.shape[1], chain,
+                        tuple(tuple(terms) for terms in acc.affine),
+                        tuple(bool(o) for o in acc.opaque), acc.reads, acc.writes))
+        return len(self.loops), tuple(lp.var for lp in self.loops), tuple(out)
+
     def _add_opaque(self, items: list, dims: list, span: np.ndarray, distinct: np.ndarray,
-                    coeff: np.ndarray) -> None:
-        """Add the non-affine index parts to the (chain position, dimension, n) ``span``,
-        ``distinct`` and ``coeff`` of the affine ones, all parts at once."""
-        parts = []  # (dimension, chain length, scale, steps, on)
+                    coeff: "np.ndarray | None") -> list[Callable[[], None]]:
+        """Add the non-affine index parts to the (chain position, dimension, n) ``span``
+        increments, ``distinct`` factors and ``coeff`` (None: not computed) of the affine ones,
+        before their running sum and product. A part that starts at one chain position adds
+        its span there, and its factor, once; one whose range grows at several positions (a
+        part of several loops' variables) is added after them (the returned calls): a count
+        that grows from one position to the next need not be a multiple of the one before."""
+        single, later = [], []  # single: (dimension, position, span - 1, values, move, scale, on)
         for i, (a, d) in enumerate(dims):
             acc, chain = items[a][0], items[a][1]
             for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
-                if np.any(on):
-                    parts.append((i, len(chain), scale, self._opaque(e, chain), on))
-        if not parts:
-            return
-        shape = (span.shape[0], len(parts), self.n)
-        more, times = np.zeros(shape, np.int64), np.ones(shape, np.int64)
-        moves = np.zeros(shape, np.int64)
-        for p, (_, k, _, steps, _) in enumerate(parts):
-            for j, s_o, c_o, dom in steps:
-                more[j:k, p] = s_o - 1
-                times[j:k, p] = c_o
-                moves[j, p] = dom
-        on = _rows(self.n, [on for *_, on in parts], bool)
-        scale = _rows(self.n, [sc for _, _, sc, _, _ in parts], np.int64) * on
-        more *= np.abs(scale)
-        times = np.where(on, times, 1)
-        moves *= scale
-        dim = [i for i, *_ in parts]
-        if len(set(dim)) == len(dim):
-            span[:, dim] += more
-            distinct[:, dim] *= times
-            coeff[:, dim] += moves
-        else:  # a dimension with several parts: each adds (multiplies) in turn
-            np.add.at(span, (slice(None), dim), more)
-            np.multiply.at(distinct, (slice(None), dim), times)
-            np.add.at(coeff, (slice(None), dim), moves)
+                if not np.any(on):
+                    continue
+                steps = self._opaque(e, chain)
+                if len(steps) == 1:
+                    j, s_o, c_o, dom = steps[0]
+                    single.append((i, j, s_o - 1, c_o, dom, scale, on))
+                elif steps:
+                    later.append(partial(self._add_steps, span, distinct, coeff, i, len(chain),
+                                         steps, scale, on))
+        if single:
+            dim, pos = [p[0] for p in single], [p[1] for p in single]
+            on = _rows(self.n, [p[6] for p in single], bool)
+            scale = _rows(self.n, [p[5] for p in single], np.int64) * on
+            more = _rows(self.n, [p[2] for p in single], np.int64) * np.abs(scale)
+            times = np.where(on, _rows(self.n, [p[3] for p in single], np.int64), 1)
+            np.add.at(span, (pos, dim), more)  # a (position, dimension) may have several parts
+            np.multiply.at(distinct, (pos, dim), times)
+            if coeff is not None:
+                np.add.at(coeff, (pos, dim), _rows(self.n, [p[4] for p in single], np.int64)
+                          * scale)
+        return later
+
+    def _add_steps(self, span: np.ndarray, distinct: np.ndarray, coeff: "np.ndarray | None",
+                   i: int, k: int, steps: list, scale: Num, on: Num) -> None:
+        """Add a part of several steps to dimension ``i`` of the running ``span`` and
+        ``distinct`` (after the running sum and product), and to ``coeff``."""
+        on = np.broadcast_to(on, (self.n,))
+        scale = np.where(on, scale, 0)
+        more, times = np.zeros((k, self.n), np.int64), np.ones((k, self.n), np.int64)
+        for j, s_o, c_o, dom in steps:
+            more[j:] = s_o - 1
+            times[j:] = c_o
+            if coeff is not None:
+                coeff[j, i] += dom * scale
+        span[:k, i] += more * np.abs(scale)
+        distinct[:k, i] *= np.where(on, times, 1)
 
     def _opaque(self, e, chain: tuple) -> list[tuple[int, Num, Num, Num]]:
         """A non-affine index part along ``chain`` (innermost first), as steps (j, span,
