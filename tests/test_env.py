@@ -191,7 +191,8 @@ def test_reconfirm_times_the_top_configs_again_without_trials_or_records(measure
     trials, n_records, timed = u.trials, len(u.records), u.meter.run
     timings, confirm = [], u.measurer.confirm
     monkeypatch.setattr(u.measurer, "confirm", lambda w, r: timings.append(r) or confirm(w, r))
-    best = u.reconfirm(results + results[:2], top=2, rounds=3)  # duplicates count once
+    # duplicates count once; one set of rounds (re-takes: the test below)
+    best = u.reconfirm(results + results[:2], top=2, rounds=3, max_sets=1)
     assert best.ok and best.extra["reconfirmed"] and best.extra["confirmed"] and u.best is best
     # the two timed again, then the faster of those 3 times more: the figure is their samples
     assert len(timings) == 5 and {r.config.index for r in timings[2:]} == {best.config.index}
@@ -203,4 +204,36 @@ def test_reconfirm_times_the_top_configs_again_without_trials_or_records(measure
         r.costs for r in results if r.config.index == best.config.index)  # new samples
     assert u.trials == trials and len(u.records) == n_records and u.meter.run > timed
     assert u.reconfirm([]) is None
+    env.close()
+
+
+@pytest.mark.parametrize("slowdowns, sets, reported", [
+    ((1.02,), 1, 1.02),  # agrees with its figure from the tune: one set
+    ((2.0, 1.01), 2, 1.01),  # a slow moment: taken again, and the second set agrees
+    ((1.5, 1.52), 2, 1.52),  # the machine slowed down for good: two sets agree, reported slow
+    ((1.5, 2.0, 2.5), 3, 2.5),  # never settles: at most max_sets sets, the last reported
+])
+def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monkeypatch,
+                                                                 slowdowns, sets, reported):
+    env = make(measurer)
+    u = env.unwrapped
+    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 3))
+    top = max((r for r in results if r.ok), key=lambda r: r.gflops)
+    calls = []
+    k = u.measurer.options.confirm_repeat
+
+    def confirm(w, r):  # the top config's time from the tune, slowed per set of 2 rounds
+        calls.append(r)
+        slow = slowdowns[min((len(calls) - 2) // 2, len(slowdowns) - 1)] if len(calls) > 1 \
+            else 1.0
+        return dataclasses.replace(r, costs=(top.median * slow,) * k,
+                                   extra={**r.extra, "confirmed": True})
+
+    monkeypatch.setattr(u.measurer, "confirm", confirm)
+    best = u.reconfirm([top], top=1, rounds=2, tolerance=0.05, max_sets=3)
+    assert len(calls) == 1 + 2 * sets
+    assert best.config.index == top.config.index and best.extra["reconfirmed"]
+    assert best.extra.get("sets", 1) == sets and best.extra["rounds"] == 2
+    assert best.gflops == pytest.approx(top.gflops / reported)
+    assert len(best.costs) == 2 * k  # the last set's samples only
     env.close()
