@@ -203,6 +203,17 @@ class WalkHelper:
             except OSError as e:  # no lock file, no process: walk here
                 self._fail(e)
 
+    @property
+    def starting(self) -> bool:
+        """Whether its process is starting now (and so takes a core)."""
+        if self.failed or not self.child.starting:
+            return False
+        try:
+            return not self.child.ready()
+        except ChildDied as e:
+            self._fail(e)
+            return False
+
     def others(self, score: ScoreFn) -> "Callable[[list[Walk]], Callable[[], list[tuple]]]":
         """``find_maximums``'s ``others``: the first of the walks on the helper (scored by the
         picklable ``score``), any further ones here after the caller's own."""

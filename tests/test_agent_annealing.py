@@ -126,9 +126,9 @@ def test_a_walk_helper_starts_under_the_build_lock(tmp_path):
     helper.child.start_lock = DeviceLock("host", tmp_path)
     helper.start()
     try:
-        assert helper.child.starting
+        assert helper.child.starting and helper.starting
         with DeviceLock("host", tmp_path).exclusive():  # what a timed run takes
-            assert helper.child.ready()
+            assert helper.child.ready() and not helper.starting
         assert _walks(2, helper) == _walks(2)
     finally:
         helper.close()

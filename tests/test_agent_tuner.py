@@ -103,6 +103,39 @@ def test_model_is_pluggable_and_features_come_from_the_env():
     assert max(r.gflops for r in history) > 0
 
 
+class ThreadsRecordingModel(RidgeModel):
+    def __init__(self):
+        super().__init__()
+        self.fit_threads, self.seen = 2, []
+
+    def fit(self, X, y):
+        self.seen.append(self.fit_threads)
+        super().fit(X, y)
+
+
+class StartingHelper:
+    starting = True
+
+    def close(self):
+        pass
+
+
+def test_a_fit_while_the_annealing_helper_starts_takes_one_thread():
+    """The helper's start-up takes a core: a fit on two threads would wait for it."""
+    env = SyntheticEnv(SPACE, objective)
+    tuner = ModelTuner(model=ThreadsRecordingModel,
+                       **{k: v for k, v in FAST.items() if k != "model_options"})
+    tuner.prepare(env, 32)
+    tuner.reset(SPACE, 0)
+    tuner._walker = helper = StartingHelper()
+    tuner.tell(env.measure(SPACE.sample_unique(np.random.default_rng(0), 8)))
+    assert tuner.model.seen == [1] and tuner.model.fit_threads == 2
+    helper.starting = False
+    tuner.tell(env.measure(SPACE.sample_unique(np.random.default_rng(1), 8)))
+    assert tuner.model.seen == [1, 2]
+    tuner.close()
+
+
 def test_uncertainty_acquisition_runs_the_loop():
     for acq in ("ei", "ucb"):
         env = SyntheticEnv(SPACE, objective)
