@@ -343,6 +343,7 @@ class _AccessPlan:
     first_dim: np.ndarray  # the first of each access's
     buf_first: list  # per buffer, the first access of it
     shape_row: np.ndarray  # per index dimension, its row among the buffers' stacked dimensions
+    dim_table: np.ndarray  # (accesses, most dimensions): each one's, padded with a last one
     at_j: list  # per index term: its chain position, its index dimension, where it comes from
     at_i: list
     at_src: list  # (access, dimension, variable)
@@ -373,7 +374,11 @@ def _access_plan(structure: tuple) -> _AccessPlan:
         if b not in buf_first:
             buf_first[b], offsets[b] = a, ndim
             ndim += n_dims
-    shape_row = np.array([offsets[items[a][0]] + d for a, d in dims])
+    shape_row = np.array([offsets[items[a][0]] + d for a, d in dims] + [ndim])  # + the padding
+    ends = np.r_[first_dim[1:], len(dims)]
+    dim_table = np.full((len(items), max(ends - first_dim)), len(dims))  # padded: spans 1
+    for a, (start, end) in enumerate(zip(first_dim, ends)):
+        dim_table[a, :end - start] = np.arange(start, end)
     positions: dict = {}  # chain -> {loop variable: chain position}
     at_j, at_i, at_src = [], [], []
     for i, (a, d) in enumerate(dims):
@@ -391,6 +396,7 @@ def _access_plan(structure: tuple) -> _AccessPlan:
     sorted_rows = row.ravel()[order]
     starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
     return _AccessPlan(k_max, slot, dims, of, first_dim, list(buf_first.values()), shape_row,
+                       dim_table,
                        at_j, at_i, at_src, slot[at_j, of[at_i]] if at_j else np.zeros(0, int),
                        np.array([it[6] for it in items])[:, None],
                        np.array([it[7] for it in items])[:, None],
@@ -419,6 +425,7 @@ class _Analysis:
         self._ranges: dict = {}  # memo of value_range per (expression, running loops)
         self._coeffs: dict = {}  # memo of dominant_coeff per (expression, loop variable)
         self._opaques: dict = {}  # memo of _opaque per (expression, chain)
+        self._positions: dict = {}  # per chain: loop variable -> (chain position, loop)
 
     def run(self) -> Summary:
         n, n_loops = self.n, len(self.loops)
@@ -494,41 +501,45 @@ class _Analysis:
         if not items:
             return
         plan = _access_plan(self._structure(items))
-        k_max, slot, dims, first_dim = plan.k_max, plan.slot, plan.dims, plan.first_dim
+        k_max, slot, dims = plan.k_max, plan.slot, plan.dims
         bufs = [items[a][0].buf for a in plan.buf_first]
-        shape = np.concatenate([b.shape.T for b in bufs])[plan.shape_row]
-        # the index terms, (terms, n): the loop each sits at, and its coefficient there
         pad = np.ones((1, n), np.int64)
+        shape = np.concatenate([b.shape.T for b in bufs] + [pad])[plan.shape_row]
+        # the index terms, (terms, n): the loop each sits at, and its coefficient there
         ext = np.concatenate([self.ext, pad])
         values = _rows(n, [items[a][0].affine[d][var] for a, d, var in plan.at_src], np.int64)
         if self.any_virtual:  # lowering's first copy of an unrolled body has the variable at 0
             values *= ~np.concatenate([self.virtual, pad < 1])[plan.at_loop]
         ext_t = ext[plan.at_loop]
-        # per (chain position, dimension): what the loop there adds to the span, and multiplies
+        # per (dimension, chain position): what the loop there adds to the span, and multiplies
         # the count of distinct values by; their running sum and product outwards are the span
-        # and the count while the loops from the innermost to that one run
-        span = np.zeros((k_max, len(dims), n), np.int64)
-        span[plan.at_j, plan.at_i] = np.abs(values) * (ext_t - 1)
-        distinct = np.ones((k_max, len(dims), n), np.int64)
-        distinct[plan.at_j, plan.at_i] = np.where(values != 0, ext_t, 1)
+        # and the count while the loops from the innermost to that one run. A last dimension
+        # that spans 1 pads the accesses with fewer dimensions (``plan.dim_table``).
+        span = np.zeros((len(dims) + 1, k_max, n), np.int64)
+        span[plan.at_i, plan.at_j] = np.abs(values) * (ext_t - 1)
+        distinct = np.ones((len(dims) + 1, k_max, n), np.int64)
+        distinct[plan.at_i, plan.at_j] = np.where(values != 0, ext_t, 1)
         coeff = None
         if "stride" in self.optional:
-            coeff = np.zeros((k_max, len(dims), n), np.int64)
-            coeff[plan.at_j, plan.at_i] = values
+            coeff = np.zeros((len(dims) + 1, k_max, n), np.int64)
+            coeff[plan.at_i, plan.at_j] = values
         later = self._add_opaque(items, dims, span, distinct, coeff)
-        _prefix(span, np.add)
+        _prefix(span.transpose(1, 0, 2), np.add)
         span += 1
-        _prefix(distinct, np.multiply)
+        _prefix(distinct.transpose(1, 0, 2), np.multiply)
         for add in later:
             add()
         ext = ext[slot]
         virtual = np.concatenate([self.virtual, pad < 1])[slot]
-        np.minimum(span, shape, out=span)
+        np.minimum(span, shape[:, None], out=span)
         np.minimum(span, distinct, out=span)
-        touched = ELEM_BYTES * np.multiply.reduceat(span, first_dim, axis=1)
+        # per access: the product of its dimensions' spans, and the sum of their strides
+        touched = span[plan.dim_table].prod(axis=1)
+        touched *= ELEM_BYTES
+        touched = np.ascontiguousarray(touched.transpose(1, 0, 2))  # (chain position, access, n)
         if "stride" in self.optional:
-            coeff *= np.concatenate([b.strides.T for b in bufs])[plan.shape_row]
-            stride = np.abs(np.add.reduceat(coeff, first_dim, axis=1))
+            coeff *= np.concatenate([b.strides.T for b in bufs] + [pad])[plan.shape_row][:, None]
+            stride = np.abs(coeff[plan.dim_table].sum(axis=1)).transpose(1, 0, 2).copy()
         extent_product = _prefix(ext.copy(), np.multiply)
         on = np.array([item[2] for item in items])
         reads, writes, real = plan.reads, plan.writes, plan.real
@@ -593,7 +604,7 @@ class _Analysis:
 
     def _add_opaque(self, items: list, dims: list, span: np.ndarray, distinct: np.ndarray,
                     coeff: "np.ndarray | None") -> list[Callable[[], None]]:
-        """Add the non-affine index parts to the (chain position, dimension, n) ``span``
+        """Add the non-affine index parts to the (dimension, chain position, n) ``span``
         increments, ``distinct`` factors and ``coeff`` (None: not computed) of the affine ones,
         before their running sum and product. A part that starts at one chain position adds
         its span there, and its factor, once; one whose range grows at several positions (a
@@ -603,7 +614,7 @@ class _Analysis:
         for i, (a, d) in enumerate(dims):
             acc, chain = items[a][0], items[a][1]
             for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
-                if not np.any(on):
+                if not (on is True or np.any(on)):
                     continue
                 steps = self._opaque(e, chain)
                 if len(steps) == 1:
@@ -618,10 +629,10 @@ class _Analysis:
             scale = _rows(self.n, [p[5] for p in single], np.int64) * on
             more = _rows(self.n, [p[2] for p in single], np.int64) * np.abs(scale)
             times = np.where(on, _rows(self.n, [p[3] for p in single], np.int64), 1)
-            np.add.at(span, (pos, dim), more)  # a (position, dimension) may have several parts
-            np.multiply.at(distinct, (pos, dim), times)
+            np.add.at(span, (dim, pos), more)  # a (dimension, position) may have several parts
+            np.multiply.at(distinct, (dim, pos), times)
             if coeff is not None:
-                np.add.at(coeff, (pos, dim), _rows(self.n, [p[4] for p in single], np.int64)
+                np.add.at(coeff, (dim, pos), _rows(self.n, [p[4] for p in single], np.int64)
                           * scale)
         return later
 
@@ -636,9 +647,9 @@ class _Analysis:
             more[j:] = s_o - 1
             times[j:] = c_o
             if coeff is not None:
-                coeff[j, i] += dom * scale
-        span[:k, i] += more * np.abs(scale)
-        distinct[:k, i] *= np.where(on, times, 1)
+                coeff[i, j] += dom * scale
+        span[i, :k] += more * np.abs(scale)
+        distinct[i, :k] *= np.where(on, times, 1)
 
     def _opaque(self, e, chain: tuple) -> list[tuple[int, Num, Num, Num]]:
         """A non-affine index part along ``chain`` (innermost first), as steps (j, span,
@@ -648,12 +659,13 @@ class _Analysis:
         key = (id(e), chain)  # accesses share index parts
         if key in self._opaques:
             return self._opaques[key]
-        ks = chain[::-1]
-        variables = expr_vars(e)
-        mine = [(j, s) for j, s in enumerate(ks) if self.loops[s].var in variables]
+        if chain not in self._positions:  # loop variable -> (chain position, loop)
+            self._positions[chain] = {self.loops[s].var: (j, s) for j, s in enumerate(chain[::-1])}
+        position = self._positions[chain]
+        mine = sorted(position[v] for v in expr_vars(e) if v in position)
         steps = []
         for i, (j, s) in enumerate(mine):
-            if self.virtual[s].any():
+            if self.any_virtual and self.virtual[s].any():
                 raise NotImplementedError("a virtual loop inside a non-affine index")
             running = tuple(s for _, s in mine[:i + 1])  # the range depends on these loops only
             active = {self.loops[s].var: self.ext[s] for s in running}
