@@ -290,6 +290,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "best_gflops_found": found.gflops if found else 0.0,
         "best_config": json.loads(best.config.to_json()) if best else None,
         "best_reused": bool(found and found.cached),
+        # sets of end-of-tune rounds taken (more than 1: the first disagreed with the tune's figure)
+        "best_sets": best.extra.get("sets", 1) if best is not None and best.extra.get(
+            "reconfirmed") else 0,
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
     warm = getattr(agent, "warm_start_summary", None)  # what a tuner's warm start used

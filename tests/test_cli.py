@@ -66,6 +66,7 @@ def test_tune_json_db_and_source(capsys, tmp_path):
     assert summary["trials"] == 6 and summary["failures"] == 0
     assert summary["best_gflops"] > 0 and set(summary["best_config"]["knobs"]) >= {"reorder"}
     assert summary["best_gflops_found"] > 0  # the reported best is the end's re-timing of it
+    assert 1 <= summary["best_sets"] <= 3  # its sets of rounds (re-taken where they disagreed)
     assert src.read_text().strip()
     from tensorgym.records import Records
 
