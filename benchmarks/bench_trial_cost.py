@@ -14,7 +14,9 @@ the re-measured best to PyTorch measured in the same rounds. The machine drifts 
 half an hour), so "right after" is what says whether a reported best is true. "search s" is the
 tune's seconds spent featurizing, fitting and predicting with the cost model and annealing
 (``--json``'s featurize + model + search), "search %" their share of its wall time (which moves
-with the build time, so with the machine's speed). Also featurizing configs/s on one core, in
+with the build time, so with the machine's speed); "sets" the sets of end-of-tune rounds the
+reported best took (``best_sets``: more than 1 where the first disagreed with the tune's figure;
+"-" for a version without it). Also featurizing configs/s on one core, in
 one call of 2048 configs and in calls of 128 (as the annealer makes them).
 """
 from __future__ import annotations
@@ -146,14 +148,15 @@ def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
 
 def report(rows: list[dict], feats: dict) -> None:
     print("\n| workload | version | seed | s/trial | wall s | search s | search % | reported | "
-          "right after | reported/right after | re-measured at the end | reported/end | "
+          "sets | right after | reported/right after | re-measured at the end | reported/end | "
           "end/PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
         rem, now = r.get("remeasured", 0.0), r.get("right_after", 0.0)
         print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
               f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
-              f"{search_seconds(r)} | {search_share(r)} | {r['best_gflops']:.1f} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
+              f"{search_seconds(r)} | {search_share(r)} | {r['best_gflops']:.1f} | "
+              f"{r.get('best_sets', '-')} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
               f"{rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
               f"{rem / r.get('torch', float('nan')):.2f} |")
     for name in dict.fromkeys(r["workload"] for r in rows):
