@@ -339,8 +339,6 @@ class _AccessPlan:
     k_max: int  # the longest chain
     slot: np.ndarray  # (k_max, accesses): the loop at each chain position, innermost first
     dims: list  # (access, dimension) of the index dimensions analysed, by access
-    of: np.ndarray  # the access of each of them
-    first_dim: np.ndarray  # the first of each access's
     buf_first: list  # per buffer, the first access of it
     shape_row: np.ndarray  # per index dimension, its row among the buffers' stacked dimensions
     dim_table: np.ndarray  # (accesses, most dimensions): each one's, padded with a last one
@@ -395,8 +393,7 @@ def _access_plan(structure: tuple) -> _AccessPlan:
     order = np.argsort(row, axis=None, kind="stable")
     sorted_rows = row.ravel()[order]
     starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
-    return _AccessPlan(k_max, slot, dims, of, first_dim, list(buf_first.values()), shape_row,
-                       dim_table,
+    return _AccessPlan(k_max, slot, dims, list(buf_first.values()), shape_row, dim_table,
                        at_j, at_i, at_src, slot[at_j, of[at_i]] if at_j else np.zeros(0, int),
                        np.array([it[6] for it in items])[:, None],
                        np.array([it[7] for it in items])[:, None],
@@ -493,7 +490,7 @@ class _Analysis:
         """``_Analyzer._fill_access`` for all accesses at once: for every loop of an access's
         chain, innermost first, the memory it touches below the loop, how often it runs, and
         how far one step of the loop moves it. Arrays are (chain position, access, n), and per
-        index dimension (chain position, dimension, n) over the dimensions of all accesses that
+        index dimension (dimension, chain position, n) over the dimensions of all accesses that
         have index terms (one without any spans 1 and moves nothing: it changes no figure);
         chains are padded with a loop of extent 1 at index ``n_loops``. What depends on the
         accesses' structure only is an :class:`_AccessPlan`, made once per structure."""
@@ -610,7 +607,7 @@ class _Analysis:
         its span there, and its factor, once; one whose range grows at several positions (a
         part of several loops' variables) is added after them (the returned calls): a count
         that grows from one position to the next need not be a multiple of the one before."""
-        single, later = [], []  # single: (dimension, position, span - 1, values, move, scale, on)
+        single, later = [], []  # (dimension, position, span - 1, distinct values, move, scale, on)
         for i, (a, d) in enumerate(dims):
             acc, chain = items[a][0], items[a][1]
             for scale, e, on in acc.opaque[d] if d < len(acc.opaque) else ():
