@@ -318,6 +318,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print("no valid config found")
         else:
             earlier = " (found in an earlier tune)" if found.cached else ""
+            if summary["best_sets"] > 1:  # its first set of rounds disagreed with the tune's
+                earlier += (f"; timed in {summary['best_sets']} sets of rounds, the machine's "
+                            "speed having moved")
             print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
                   f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
             for line in speedups.get("lines", []):

@@ -79,6 +79,27 @@ def test_tune_human_output(capsys, tmp_path):
     assert code == 0 and "best:" in out and "GFLOP/s" in out and "config:" in out
 
 
+def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, monkeypatch):
+    """A best whose end-of-tune rounds were taken again (``reconfirm``'s ``sets``) says so."""
+    from dataclasses import replace
+
+    from tensorgym.envs.tensor_sched import TensorSchedEnv
+
+    reconfirm = TensorSchedEnv.reconfirm
+
+    def twice(self, *a, **kw):
+        best = reconfirm(self, *a, **kw)
+        self.best = replace(best, extra={**best.extra, "sets": 2})
+        return self.best
+
+    monkeypatch.setattr(TensorSchedEnv, "reconfirm", twice)
+    args = ("tune", "matmul:16,16,16", "--trials", "3", "--agent", "grid", "--no-progress")
+    code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "a.db"))
+    assert code == 0 and "timed in 2 sets of rounds" in out
+    code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "b.db"), "--json")
+    assert code == 0 and json.loads(out)["best_sets"] == 2
+
+
 def test_leaderboard_run_show_validate(capsys, tmp_path):
     results = tmp_path / "results.json"
     code, out, err = run_cli(
