@@ -12,7 +12,7 @@ from tensorgym.features import MAX_LOOPS, _from_summary, featurize
 from tensorgym.features.context import CTX, summarize
 from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
 from tensorgym.features.nest import (KIND, Access, Buf, Div, Loop, Mod, Nest, Stmt, Unsupported,
-                                     Var, analyze)
+                                     Var, _rows, analyze)
 from tensorgym.features.nest_cpu import cpu_groups
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
@@ -173,6 +173,15 @@ def test_a_config_of_another_workloads_space_is_refused():
     stranger = space_for(c9, "cpu").sample(np.random.default_rng(0), 30)
     with pytest.raises(ValueError, match="does not fit"):
         featurize(c6, stranger)
+
+
+def test_rows_of_numbers_per_config_and_for_all():
+    """A nest's numbers are arrays over its configs or one number for all, of any NumPy kind."""
+    values = [np.arange(3), 7, np.bool_(True), np.array(2), np.array([True, False, True]),
+              np.ones(1, np.int64)]
+    np.testing.assert_array_equal(_rows(3, values, np.int64),
+                                  [[0, 1, 2], [7, 7, 7], [1, 1, 1], [2, 2, 2], [1, 0, 1],
+                                   [1, 1, 1]])
 
 
 def test_non_affine_parts_of_one_index_dimension_add_up():

@@ -300,7 +300,11 @@ def _rows(n: int, values: list, dtype) -> np.ndarray:
     out = np.empty((len(values), n), dtype)
     per_config = [j for j, v in enumerate(values) if isinstance(v, np.ndarray) and v.ndim]
     if per_config:
-        out[per_config] = np.array([values[j] for j in per_config])
+        try:
+            out[per_config] = np.array([values[j] for j in per_config])
+        except ValueError:  # arrays of other shapes, broadcast one by one
+            for j in per_config:
+                out[j] = values[j]
     if len(per_config) < len(values):
         one = [j for j, v in enumerate(values) if not (isinstance(v, np.ndarray) and v.ndim)]
         out[one] = np.array([values[j] for j in one])[:, None]
