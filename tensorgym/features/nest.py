@@ -507,10 +507,11 @@ class _Analysis:
         pad = np.ones((1, n), np.int64)
         shape = np.concatenate([b.shape.T for b in bufs] + [pad])[plan.shape_row]
         # the index terms, (terms, n): the loop each sits at, and its coefficient there
-        ext = np.concatenate([self.ext, pad])
+        ext = np.concatenate([self.ext, pad])  # per loop, and the padding loop last
+        virtual = np.concatenate([self.virtual, pad < 1])
         values = _rows(n, [items[a][0].affine[d][var] for a, d, var in plan.at_src], np.int64)
         if self.any_virtual:  # lowering's first copy of an unrolled body has the variable at 0
-            values *= ~np.concatenate([self.virtual, pad < 1])[plan.at_loop]
+            values *= ~virtual[plan.at_loop]
         ext_t = ext[plan.at_loop]
         # per (dimension, chain position): what the loop there adds to the span, and multiplies
         # the count of distinct values by; their running sum and product outwards are the span
@@ -530,8 +531,7 @@ class _Analysis:
         _prefix(distinct.transpose(1, 0, 2), np.multiply)
         for add in later:
             add()
-        ext = ext[slot]
-        virtual = np.concatenate([self.virtual, pad < 1])[slot]
+        ext, virtual = ext[slot], virtual[slot]
         np.minimum(span, shape[:, None], out=span)
         np.minimum(span, distinct, out=span)
         # per access: the product of its dimensions' spans, and the sum of their strides
