@@ -82,13 +82,14 @@ class FeatureCache:
         self.rows: dict[int, object] = {}
         self.matrix: bool | None = None
 
-    def __call__(self, configs: Sequence[Config]) -> "np.ndarray | list":
+    def __call__(self, configs: Sequence[Config], **options) -> "np.ndarray | list":
+        """Rows of ``configs``; ``options`` go to ``featurize`` with the configs not seen yet."""
         missing = list({c.index: c for c in configs if c.index not in self.rows}.values())
         if len(self.rows) + len(missing) > self.max_entries:
             self.rows.clear()  # a crude bound on memory; re-featurizing is only slower
             missing = list({c.index: c for c in configs}.values())
         if missing:
-            feats = self.featurize(missing, self.mode)
+            feats = self.featurize(missing, self.mode, **options)
             if isinstance(feats, np.ndarray):
                 if feats.ndim != 2 or feats.shape[0] != len(missing):
                     raise ValueError(f"featurize returned shape {feats.shape} for {len(missing)} "
@@ -392,7 +393,11 @@ class ModelTuner(SearchStrategy):
             self._walker = None
 
     def _score(self, configs: Sequence[Config]) -> np.ndarray:
-        X = self._features(configs)
+        # while the helper walks the other group on the other core, a batch split over a
+        # feature helper process (the env's default for batches of 96 or more) would wait
+        # for that core: 128-config batches took 10.7 ms instead of ~7.5
+        helped = self._walker is not None and not self._walker.failed
+        X = self._features(configs, n_jobs=1) if helped else self._features(configs)
         with self._meter.time("model"):
             return self.model.predict(X)
 

@@ -136,6 +136,42 @@ def test_a_fit_while_the_annealing_helper_starts_takes_one_thread():
     tuner.close()
 
 
+class JobsRecordingEnv(SyntheticEnv):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.jobs = []
+
+    def featurize(self, configs, mode=None, **options):
+        self.jobs.append(options.get("n_jobs"))
+        return super().featurize(configs, mode)
+
+
+class WalkingHelper:
+    failed = starting = False
+
+    def close(self):
+        pass
+
+
+def test_a_walk_beside_the_annealing_helper_featurizes_in_this_process_only():
+    """The helper walks on the other core: a batch split over a feature helper would wait."""
+    env = JobsRecordingEnv(SPACE, objective)
+    tuner = ModelTuner(model=RidgeModel,
+                       **{k: v for k, v in FAST.items() if k != "model_options"})
+    tuner.prepare(env, 32)
+    tuner.reset(SPACE, 0)
+    tuner._walker = helper = WalkingHelper()
+    tuner.tell(env.measure(SPACE.sample_unique(np.random.default_rng(0), 8)))
+    tuner.model  # the fit's rows: the env's default
+    assert env.jobs == [None]
+    tuner._score(SPACE.sample_unique(np.random.default_rng(1), 4))
+    assert env.jobs == [None, 1]
+    helper.failed = True  # every group walks here, one after another: nothing else runs
+    tuner._score(SPACE.sample_unique(np.random.default_rng(2), 4))
+    assert env.jobs == [None, 1, None]
+    tuner.close()
+
+
 def test_uncertainty_acquisition_runs_the_loop():
     for acq in ("ei", "ucb"):
         env = SyntheticEnv(SPACE, objective)
