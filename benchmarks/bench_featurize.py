@@ -7,8 +7,9 @@ revision (checked out in a temporary worktree), in interleaved rounds.
 Cases per workload, each on a cold row cache, ``n_jobs=1``, through the public ``featurize``
 (so small calls take whichever path ``featurize`` picks): calls of ``--sizes`` random configs,
 fresh ones in every call (``--configs`` configs per case in all), and ``walk``: the calls a tuner
-makes while simulated annealing (``agents.annealing.ParallelAnnealer``, 128 chains, 100 steps,
-early stop 30, ``--walk-rounds`` rounds of picking 64 configs, behind ``agents.tuner.FeatureCache``)
+makes while simulated annealing (``agents.annealing.ParallelAnnealer``: one of the tuner's two
+groups, 128 chains, 50 steps then 13 per round, ``--walk-rounds`` rounds of picking 64 configs,
+behind ``agents.tuner.FeatureCache``)
 walks the space under a fixed random linear model of the rows. The walk is recorded first and
 its calls replayed timed, so every version featurizes the same calls.
 
@@ -50,7 +51,7 @@ def walk_calls(workload, space, rounds: int, seed: int) -> list[list]:
 
     cache = FeatureCache(record, MODE)
     weights = np.random.default_rng(seed).standard_normal(feature_length(MODE))
-    annealer = ParallelAnnealer(space, 128, 100, 30, seed=seed)
+    annealer = ParallelAnnealer(space, 128, 50, 30, seed=seed, resume_steps=13)
     taken: set[int] = set()
     for _ in range(rounds):
         found = annealer.find_maximums(lambda cs: cache(cs) @ weights, 64, exclude=taken)

@@ -171,7 +171,8 @@ def base_parser(description: str, workloads: Sequence[str], trials: int) -> argp
     p.add_argument("--workloads", nargs="+", default=list(workloads))
     p.add_argument("--target", default="cpu")
     p.add_argument("--batch-size", type=int, default=64, help="trials per model update (b)")
-    p.add_argument("--sa-steps", type=int, default=100, help="annealing steps per batch (max)")
+    p.add_argument("--sa-steps", type=int, default=None,
+                   help="annealing steps of the first batch (default: the tuner's)")
     p.add_argument("--out", default="results", help="folder for the PNG figures")
     p.add_argument("--db", default=None,
                    help="records database every run writes to (default: a throwaway one per "
@@ -185,7 +186,8 @@ def base_parser(description: str, workloads: Sequence[str], trials: int) -> argp
 
 
 def tuner_options(args: argparse.Namespace, **extra) -> dict:
-    return dict(batch_size=args.batch_size, sa_steps=args.sa_steps, **extra)
+    steps = {} if args.sa_steps is None else {"sa_steps": args.sa_steps}
+    return dict(batch_size=args.batch_size, **steps, **extra)
 
 
 def study(methods: dict[str, Callable[[], object]], args, table_title: str, png: str,
