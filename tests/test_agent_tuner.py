@@ -113,21 +113,30 @@ class ThreadsRecordingModel(RidgeModel):
         super().fit(X, y)
 
 
-class StartingHelper:
-    starting = True
+class FakeHelper:
+    """An annealing helper's state as the tuner reads it, set by the test."""
+
+    def __init__(self, starting: bool = False):
+        self.starting, self.failed = starting, False
 
     def close(self):
         pass
 
 
+def tuner_beside(helper: FakeHelper, env, model) -> ModelTuner:
+    """A tuner reset on ``env`` whose annealing helper is ``helper``."""
+    tuner = ModelTuner(model=model, **{k: v for k, v in FAST.items() if k != "model_options"})
+    tuner.prepare(env, 32)
+    tuner.reset(SPACE, 0)
+    tuner._walker = helper
+    return tuner
+
+
 def test_a_fit_while_the_annealing_helper_starts_takes_one_thread():
     """The helper's start-up takes a core: a fit on two threads would wait for it."""
     env = SyntheticEnv(SPACE, objective)
-    tuner = ModelTuner(model=ThreadsRecordingModel,
-                       **{k: v for k, v in FAST.items() if k != "model_options"})
-    tuner.prepare(env, 32)
-    tuner.reset(SPACE, 0)
-    tuner._walker = helper = StartingHelper()
+    helper = FakeHelper(starting=True)
+    tuner = tuner_beside(helper, env, ThreadsRecordingModel)
     tuner.tell(env.measure(SPACE.sample_unique(np.random.default_rng(0), 8)))
     assert tuner.model.seen == [1] and tuner.model.fit_threads == 2
     helper.starting = False
@@ -146,21 +155,11 @@ class JobsRecordingEnv(SyntheticEnv):
         return super().featurize(configs, mode)
 
 
-class WalkingHelper:
-    failed = starting = False
-
-    def close(self):
-        pass
-
-
 def test_a_walk_beside_the_annealing_helper_featurizes_in_this_process_only():
     """The helper walks on the other core: a batch split over a feature helper would wait."""
     env = JobsRecordingEnv(SPACE, objective)
-    tuner = ModelTuner(model=RidgeModel,
-                       **{k: v for k, v in FAST.items() if k != "model_options"})
-    tuner.prepare(env, 32)
-    tuner.reset(SPACE, 0)
-    tuner._walker = helper = WalkingHelper()
+    helper = FakeHelper()
+    tuner = tuner_beside(helper, env, RidgeModel)
     tuner.tell(env.measure(SPACE.sample_unique(np.random.default_rng(0), 8)))
     tuner.model  # the fit's rows: the env's default
     assert env.jobs == [None]
