@@ -11,7 +11,11 @@ Printed per version: wall seconds per trial, the best it reported, that best re-
 after its tune and again at the end beside every other run's best (median of ``--rounds``
 interleaved rounds with PyTorch each time), the ratios reported / re-measured, and the ratio of
 the re-measured best to PyTorch measured in the same rounds. The machine drifts (up to 40% in
-half an hour), so "right after" is what says whether a reported best is true. "search s" is the
+half an hour), so "right after" is what says whether a reported best is true. Where the version
+has ``tune --compare``, the tune also times PyTorch at its end: "PyTorch end/after" is that over
+PyTorch right after (how much the machine's speed moved between the two moments, as this
+operator feels it), and "vs PyTorch" the ratio reported / right after, each taken relative to
+PyTorch at its own moment. "search s" is the
 tune's seconds spent featurizing, fitting and predicting with the cost model and annealing
 (``--json``'s featurize + model + search), "search %" their share of its wall time (which moves
 with the build time, so with the machine's speed); "sets" the sets of end-of-tune rounds the
@@ -95,6 +99,8 @@ def main() -> None:
     try:
         versions = {"before": package_of(args.base, tmp),
                     "after": importable(REPO, tmp / "this-tree")}
+        compares = {v: "--compare" in run(v, path, TUNE, ["tune", "--help"], tmp / "help")
+                    for v, path in versions.items()}
         rows = []
         for spec in args.tunes:
             name, trials = spec.rsplit(":", 1)
@@ -106,10 +112,12 @@ def main() -> None:
                     out = run(version, versions[version], TUNE,
                               ["tune", name, "--trials", trials, "--agent", "xgb", "--seed",
                                str(seed), "--threads", str(args.threads), "--db",
-                               str(work / "records.db"), "--json"], work / "cache")
+                               str(work / "records.db"), "--json",
+                               *(["--compare"] if compares[version] else [])], work / "cache")
                     doc = json.loads(out[out.index("{"):])
                     row = {"version": version, "workload": name, "seed": seed, **doc}
-                    row["right_after"] = right_after(row, args.threads, args.rounds)
+                    row["right_after"], row["torch_after"] = right_after(row, args.threads,
+                                                                         args.rounds)
                     rows.append(row)
                     print(f"{version:6} {name} seed {seed}: {doc['wall_time'] / max(1, doc['trials']):.3f}"
                           f" s/trial, reported best {doc['best_gflops']:.1f} GFLOP/s, "
@@ -125,14 +133,25 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def right_after(row: dict, threads: int, rounds: int) -> float:
-    """The run's best re-measured as soon as the tune ends (interleaved with PyTorch): the
-    machine drifts by up to 40% within half an hour, so a reported best is compared with a
-    re-measurement taken close to it, not with the joint one at the end."""
+def right_after(row: dict, threads: int, rounds: int) -> tuple[float, float]:
+    """The run's best re-measured as soon as the tune ends, and PyTorch in the same rounds
+    (0 where it was not timed): the machine drifts by up to 40% within half an hour, so a
+    reported best is compared with a re-measurement taken close to it, not with the joint one
+    at the end."""
     if not row["best_config"]:
-        return 0.0
+        return 0.0, 0.0
     c = compare.remeasure(row["workload"], "cpu", [row["best_config"]], rounds, threads=threads)
-    return c.gflops("0")
+    return c.gflops("0"), c.gflops(compare.VENDOR)
+
+
+def vs_torch(row: dict) -> str:
+    """PyTorch at the tune's end over PyTorch right after, and reported / right after with
+    each figure taken relative to PyTorch at its moment ("-" without ``tune --compare``)."""
+    end = (row.get("compare") or {}).get("vendor_gflops")
+    now, torch = row.get("right_after", 0.0), row.get("torch_after", 0.0)
+    if not (end and now and torch):
+        return "- | -"
+    return f"{end / torch:.2f} | {(row['best_gflops'] / end) / (now / torch):.2f}"
 
 
 def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
@@ -148,16 +167,16 @@ def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
 
 def report(rows: list[dict], feats: dict) -> None:
     print("\n| workload | version | seed | s/trial | wall s | search s | search % | reported | "
-          "sets | right after | reported/right after | re-measured at the end | reported/end | "
-          "end/PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "sets | right after | reported/right after | PyTorch end/after | vs PyTorch | "
+          "re-measured at the end | reported/end | end/PyTorch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
         rem, now = r.get("remeasured", 0.0), r.get("right_after", 0.0)
         print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
               f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
               f"{search_seconds(r)} | {search_share(r)} | {r['best_gflops']:.1f} | "
               f"{r.get('best_sets', '-')} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
-              f"{rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
+              f"{vs_torch(r)} | {rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
               f"{rem / r.get('torch', float('nan')):.2f} |")
     for name in dict.fromkeys(r["workload"] for r in rows):
         per = {v: [r for r in rows if r["workload"] == name and r["version"] == v]
@@ -168,6 +187,15 @@ def report(rows: list[dict], feats: dict) -> None:
         print(f"{name}: median s/trial {spt['before']:.3f} -> {spt['after']:.3f} "
               f"({spt['before'] / spt['after']:.2f}x cheaper); mean re-measured best "
               f"{best['before']:.1f} -> {best['after']:.1f} GFLOP/s")
+    for v in ("before", "after"):
+        mine = [r for r in rows if r["version"] == v and r.get("right_after")]
+        raw = sum(abs(r["best_gflops"] / r["right_after"] - 1) <= 0.05 for r in mine)
+        line = f"{v}: reported within 5% of right after in {raw} of {len(mine)} runs"
+        rel = [float(vs_torch(r).split(" | ")[1]) for r in mine if vs_torch(r) != "- | -"]
+        if rel:
+            line += (f"; relative to PyTorch at each moment in "
+                     f"{sum(abs(x - 1) <= 0.05 for x in rel)} of {len(rel)}")
+        print(line)
     for size in ("2048", "128"):
         before, after = feats["before", size], feats["after", size]
         print(f"featurize conv2d-C6 relation, one core, calls of {size}: {before:.0f} -> "

@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU threads of the kernels' parallel loops (default: all cores)")
     t.add_argument("--export-source", metavar="FILE", help="write the best kernel's source")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    t.add_argument("--compare", action="store_true",
+                   help="with --json: also re-measure the best beside the starting schedule and "
+                   "the vendor library, as the text summary always does (under \"compare\")")
     t.add_argument("--no-progress", action="store_true")
     _ray_arg(t, "build and time on a Ray cluster's devices (docs/distributed.md)")
 
@@ -274,8 +277,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         best = u.reconfirm(pool) if pool else None
         wall = time.perf_counter() - t0
         spent = u.meter.since(start)
-        speedups = _speedups(env.unwrapped, best, args) if best is not None and not args.json \
-            else {}
+        speedups = _speedups(env.unwrapped, best, args) if best is not None and (
+            args.compare or not args.json) else {}
     finally:
         if bar is not None:
             bar.close()
@@ -295,6 +298,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "reconfirmed") else 0,
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
+    if speedups.get("figures"):  # re-measured after wall_time: the figures of the same rounds
+        summary["compare"] = speedups["figures"]
     warm = getattr(agent, "warm_start_summary", None)  # what a tuner's warm start used
     if warm is not None:
         summary["warm_start"] = {**vars(warm), "text": str(warm)}
@@ -348,33 +353,43 @@ def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,
 
 def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
     """Re-measure the best program, the reference schedule and the vendor library side by side
-    (these runs are not trials) and report the speedups, medians over interleaved rounds."""
+    (these runs are not trials) and report the speedups, medians over interleaved rounds:
+    ``lines`` to print and ``figures`` (``tune --json --compare``'s "compare")."""
     from tensorgym.baselines.compare import remeasure
 
+    rounds = 3
     configs = {"best": best.config, "reference": env.reference_config}
     if getattr(env.measurer, "runner", "local") == "ray":  # side by side with the vendor library on the device's node
         from .hardware.ray_runner import on_node
 
         device = env.measurer._ray.devices[0]
-        c = on_node(remeasure, device.node_id, env.workload, env.target, configs, 3, None, True,
-                    device.runtime_kwargs.get("num_threads", 0))
+        c = on_node(remeasure, device.node_id, env.workload, env.target, configs, rounds, None,
+                    True, device.runtime_kwargs.get("num_threads", 0))
     else:
-        c = remeasure(env.workload, env.target, configs, rounds=3, measurer=env.measurer,
+        c = remeasure(env.workload, env.target, configs, rounds=rounds, measurer=env.measurer,
                       threads=args.threads)
     if "best" in c.errors:
-        return {"lines": [f"re-measuring the best failed: {c.errors['best']}"]}
+        return {"lines": [f"re-measuring the best failed: {c.errors['best']}"],
+                "figures": {"rounds": rounds, "error": c.errors["best"]}}
+    ref, vendor = c.speedup("best", over="reference"), c.speedup("best")
+    moved = [d for ds in c.drift.values() for d in ds]
+    figures = {"rounds": rounds, "best_gflops": c.gflops("best"), "best_spread": c.spread("best"),
+               "speedup_reference": ref, "vendor_library": c.vendor_library or None,
+               "vendor_gflops": c.gflops("vendor") if vendor is not None else None,
+               "speedup_vendor": vendor, "vendor_skipped": c.vendor_skipped or None,
+               "drift": moved}
     lines = [f"re-measured best: {c.gflops('best'):.2f} GFLOP/s (spread {c.spread('best'):.0%})"]
-    if (ref := c.speedup("best", over="reference")) is not None:
+    if ref is not None:
         lines.append(f"speedup over the starting (reference) schedule: {ref:.2f}x")
-    if (vendor := c.speedup("best")) is not None:
+    if vendor is not None:
         lines.append(f"speedup over {c.vendor_library}: {vendor:.2f}x "
                      f"({c.gflops('vendor'):.2f} GFLOP/s, spread {c.spread('vendor'):.0%})")
     elif c.vendor_skipped:
         lines.append(f"vendor library not measured: {c.vendor_skipped}")
-    if moved := [d for ds in c.drift.values() for d in ds]:
+    if moved:
         lines.append(f"warning: this machine's speed moved while re-measuring (x{min(moved):.2g}"
                      f"..x{max(moved):.2g}); these ratios are unreliable")
-    return {"lines": lines}
+    return {"lines": lines, "figures": figures}
 
 
 def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozenset(),

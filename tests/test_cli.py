@@ -67,10 +67,27 @@ def test_tune_json_db_and_source(capsys, tmp_path):
     assert summary["best_gflops"] > 0 and set(summary["best_config"]["knobs"]) >= {"reorder"}
     assert summary["best_gflops_found"] > 0  # the reported best is the end's re-timing of it
     assert 1 <= summary["best_sets"] <= 3  # its sets of rounds (re-taken where they disagreed)
-    assert src.read_text().strip()
+    assert src.read_text().strip() and "compare" not in summary  # only with --compare
     from tensorgym.records import Records
 
     assert len(Records(str(db)).query(workload_key="matmul:16,16,16")) == 6  # no extra trials
+
+
+def test_tune_json_compare_gives_the_side_by_side_figures(capsys, tmp_path):
+    """``--json --compare``: the best re-measured beside the starting schedule and the vendor
+    library (the text summary's speedups), as figures; ``wall_time`` does not include them."""
+    code, out, err = run_cli(capsys, "tune", "matmul:16,16,16", "--trials", "3", "--agent",
+                             "grid", "--db", str(tmp_path / "r.db"), "--json", "--compare",
+                             "--threads", "1")
+    assert code == 0, err
+    summary = json.loads(out)
+    c = summary["compare"]
+    assert c["rounds"] == 3 and c["best_gflops"] > 0 and c["speedup_reference"] > 0
+    if c["vendor_skipped"] is None:  # PyTorch installed: timed in the same rounds
+        assert c["vendor_library"] and c["vendor_gflops"] > 0
+        assert c["speedup_vendor"] == pytest.approx(c["best_gflops"] / c["vendor_gflops"])
+    else:
+        assert c["vendor_gflops"] is None and c["speedup_vendor"] is None
 
 
 def test_tune_human_output(capsys, tmp_path):

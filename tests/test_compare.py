@@ -203,7 +203,13 @@ def test_tune_reports_the_side_by_side_speedups(scripted):
                       [[2.0]] * 3)
     env = SimpleNamespace(workload=W, target="cpu", measurer=m, reference_config=ref)
     best = MeasureResult(B, (0.5,), flops=W.flops)
-    lines = _speedups(env, best, SimpleNamespace(threads=0))["lines"]
+    out = _speedups(env, best, SimpleNamespace(threads=0))
+    lines, figures = out["lines"], out["figures"]
     assert lines[0].startswith(f"re-measured best: {W.flops / 1e9:.2f} GFLOP/s")
     assert "reference) schedule: 4.00x" in lines[1] and "fake blas: 2.00x" in lines[2]
     assert "x0.5..x0.5" in lines[3] and len(log) == 9
+    assert figures["best_gflops"] == pytest.approx(W.flops / 1e9)  # what the lines say
+    assert figures["speedup_reference"] == pytest.approx(4.0)
+    assert figures["speedup_vendor"] == pytest.approx(2.0)
+    assert figures["vendor_gflops"] == pytest.approx(W.flops / 2e9)
+    assert figures["vendor_library"] == "fake blas" and figures["drift"] == [0.5]
