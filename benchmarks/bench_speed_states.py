@@ -1,0 +1,106 @@
+"""Is it the kernel or the machine? One config timed again and again for ``--seconds``,
+interleaved with the workload's starting (reference) schedule, the drift monitor's calibration
+kernel and PyTorch, one sample of each (~``--sample-ms``) per pass, all in this process; then the
+median GFLOP/s of each per window of ``--window`` seconds, and how each moved with the config.
+
+    tensorgym tune conv2d-C6 --agent xgb --threads 2 --json > best.json
+    python benchmarks/bench_speed_states.py conv2d-C6 best.json --seconds 120
+
+On the 2-core VMs this project is measured on, a tuned C6 kernel steps between two speeds
+(~193 and ~214 GFLOP/s) for stretches of seconds to minutes while the calibration kernel, the
+reference schedule and a pure-FMA loop keep theirs: a re-measurement taken in the other state
+reads ~10% off, whatever either measurement does. This prints what the machine does meanwhile.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("OMP_PROC_BIND", "true")  # as the measuring worker runs kernels
+
+from tensorgym.baselines.harness import runtime_options  # noqa: E402
+from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
+from tensorgym.hardware.drift import calibration_workload  # noqa: E402
+from tensorgym.hardware.runtime import get_runtime  # noqa: E402
+from tensorgym.hardware.worker import Reference  # noqa: E402
+from tensorgym.lower import lower  # noqa: E402
+from tensorgym.templates import default_config, space_for  # noqa: E402
+from tensorgym.workloads import get_workload  # noqa: E402
+
+
+def sampler(runtime, reference: Reference, workload, config, sample_s: float):
+    """A function timing one sample of ``config`` (runs enough for ``sample_s``), in GFLOP/s."""
+    program = lower(workload, config)
+    kernel = runtime.load(runtime.compile(runtime.render(program), program), program)
+    bufs = kernel.alloc(reference.inputs_for(workload, program))
+    per_run = min(kernel.time(bufs, 1) for _ in range(3))
+    number = max(1, int(sample_s / per_run))
+    return lambda: workload.flops / kernel.time(bufs, number) / 1e9
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("workload")
+    p.add_argument("config", help="a JSON file: a config, or tune --json's summary")
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--window", type=float, default=2.0, help="seconds per printed row")
+    p.add_argument("--sample-ms", type=float, default=10.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    args = p.parse_args()
+
+    w = get_workload(args.workload)
+    doc = json.loads(Path(args.config).read_text())
+    space = space_for(w, "cpu")
+    config = space.from_json(json.dumps(doc.get("best_config", doc)))
+    runtime = get_runtime("cpu", **runtime_options("cpu", args.threads))
+    reference = Reference(0)
+    s = args.sample_ms / 1e3
+    cal = calibration_workload()
+    timers = {"config": sampler(runtime, reference, w, config, s),
+              "reference": sampler(runtime, reference, w, default_config(w, "cpu"), s),
+              "calibration": sampler(runtime, reference, cal, default_config(cal, "cpu"), s)}
+    if not args.no_torch:  # in this process: its threads and the kernels' never overlap
+        vendor = VendorTimer(w, "cpu", threads=args.threads, min_seconds=s)
+        if vendor.skipped:
+            print(f"PyTorch left out: {vendor.skipped}")
+        else:
+            timers["torch"] = lambda: w.flops / vendor.sample(1)[0] / 1e9
+    names = list(timers)
+    rows: list[list[float]] = []
+    start = last = time.perf_counter()
+    marks = [0]  # the first row of each window
+    print(f"{w.label}, {args.threads} threads; GFLOP/s, median per {args.window:g} s window")
+    print("   s | " + " | ".join(f"{n:>11}" for n in names))
+    while (now := time.perf_counter()) - start < args.seconds:
+        rows.append([timers[n]() for n in names])
+        if now - last >= args.window:
+            window = np.array(rows[marks[-1]:])
+            print(f"{now - start:4.0f} | " + " | ".join(
+                f"{statistics.median(window[:, j]):11.1f}" for j in range(len(names))), flush=True)
+            last = now
+            marks.append(len(rows))
+    summary(np.array(rows), names, marks)
+
+
+def summary(a: np.ndarray, names: list[str], marks: list[int]) -> None:
+    """Each timer's lowest and highest window median, and how its windows follow the config's."""
+    med = np.array([np.median(a[i:j], axis=0) for i, j in zip(marks, marks[1:]) if j > i])
+    if not len(med):  # shorter than one window
+        med = np.median(a, axis=0)[None]
+    print(f"\n{len(a)} passes; per window: lowest / highest median, and the correlation of "
+          "the window medians with the config's")
+    for j, n in enumerate(names):
+        corr = np.corrcoef(med[:, 0], med[:, j])[0, 1] if len(med) > 2 else float("nan")
+        print(f"{n:>11}: {med[:, j].min():7.1f} / {med[:, j].max():7.1f} "
+              f"({med[:, j].max() / med[:, j].min():.2f}x)  correlation {corr:.2f}")
+
+
+if __name__ == "__main__":
+    main()
