@@ -296,6 +296,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # sets of end-of-tune rounds taken (more than 1: the first disagreed with the tune's figure)
         "best_sets": best.extra.get("sets", 1) if best is not None and best.extra.get(
             "reconfirmed") else 0,
+        # each set's figure, where there were several (the last one is best_gflops)
+        "best_set_gflops": best.extra.get("set_gflops", []) if best is not None else [],
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
     if speedups.get("figures"):  # re-measured after wall_time: the figures of the same rounds
@@ -324,8 +326,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         else:
             earlier = " (found in an earlier tune)" if found.cached else ""
             if summary["best_sets"] > 1:  # its first set of rounds disagreed with the tune's
-                earlier += (f"; timed in {summary['best_sets']} sets of rounds, the machine's "
-                            "speed having moved")
+                figures = ", then ".join(f"{g:.1f}" for g in summary["best_set_gflops"])
+                earlier += (f"; timed in {summary['best_sets']} sets of rounds ({figures} "
+                            "GFLOP/s), the machine's speed having moved")
             print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
                   f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
             for line in speedups.get("lines", []):

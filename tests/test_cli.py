@@ -106,15 +106,19 @@ def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, mon
 
     def twice(self, *a, **kw):
         best = reconfirm(self, *a, **kw)
-        self.best = replace(best, extra={**best.extra, "sets": 2})
+        self.best = replace(best, extra={**best.extra, "sets": 2,
+                                         "set_gflops": [2 * best.gflops, best.gflops]})
         return self.best
 
     monkeypatch.setattr(TensorSchedEnv, "reconfirm", twice)
     args = ("tune", "matmul:16,16,16", "--trials", "3", "--agent", "grid", "--no-progress")
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "a.db"))
-    assert code == 0 and "timed in 2 sets of rounds" in out
+    assert code == 0 and "timed in 2 sets of rounds (" in out and ", then " in out
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "b.db"), "--json")
-    assert code == 0 and json.loads(out)["best_sets"] == 2
+    summary = json.loads(out)
+    assert code == 0 and summary["best_sets"] == 2
+    assert summary["best_set_gflops"] == pytest.approx(
+        [2 * summary["best_gflops"], summary["best_gflops"]])
 
 
 def test_leaderboard_run_show_validate(capsys, tmp_path):

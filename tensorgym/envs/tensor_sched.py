@@ -325,9 +325,10 @@ class TensorSchedEnv(gym.Env):
         a re-measurement right after it). So where the set's figure is more than ``tolerance``
         off the config's figure in ``results``, the rounds are taken again, up to ``max_sets``
         sets, until one agrees with that figure or with the set before it (then the machine's
-        speed has changed since, and the report is of now): the figure is the last set's, and
-        ``extra["sets"]`` says how many were taken. Not trials, nor records; the time goes to
-        the meter.
+        speed has changed since, and the report is of now): the figure is the last set's,
+        ``extra["sets"]`` says how many were taken and ``extra["set_gflops"]`` each one's figure
+        (a kernel whose speed steps between two levels shows both). Not trials, nor records; the
+        time goes to the meter.
         In replay mode (nothing to time) or when every re-timing fails: the fastest as it is."""
         ranked: dict[int, MeasureResult] = {}
         for r in sorted((r for r in results if r.ok), key=lambda r: -r.gflops):
@@ -351,7 +352,8 @@ class TensorSchedEnv(gym.Env):
                 if any(abs(final.gflops / m - 1.0) <= tolerance for m in marks if m > 0):
                     break
             if sets:
-                extra = {**sets[-1].extra, **({"sets": len(sets)} if len(sets) > 1 else {})}
+                extra = {**sets[-1].extra, **({"sets": len(sets), "set_gflops": [
+                    r.gflops for r in sets]} if len(sets) > 1 else {})}
                 again = [replace(sets[-1], extra=extra)]
         self._charge(before, [])
         if not again:
