@@ -51,26 +51,28 @@ def teacher_data(workload, space, paths: list[str]) -> tuple[list, np.ndarray]:
     return configs, np.array([statistics.fmean(g) for _, g in seen.values()])
 
 
-def surrogate_tune(env, teacher, options: dict, trials: int, seed: int) -> tuple[float, float]:
-    """(the teacher-GFLOP/s of the best config found, the tuner's seconds)."""
+def surrogate_tune(env, teacher, options: dict, trials: int, seed: int,
+                   prior: list = ()) -> tuple[float, float]:
+    """(the teacher-GFLOP/s of the best config found, the tuner's seconds). ``prior``: configs
+    told to the tuner first, as earlier measurements (the teacher's figures), as ``tune`` tells
+    a database's earlier results; the best is of the new trials."""
     from tensorgym.agents.tuner import ModelTuner
-    from tensorgym.hardware.result import MeasureResult
 
-    flops = env.workload.flops
     tuner = ModelTuner(**{"sa_helper": False, "pretrain": False, **options})
     tuner.prepare(env, trials)
     best, spent, done = 0.0, 0.0, 0
     try:
         t0 = time.perf_counter()
         tuner.reset(env.space, seed)
+        if prior:
+            tuner.tell(measured(env, teacher, list(prior)))
         spent += time.perf_counter() - t0
         while done < trials:
             t0 = time.perf_counter()
             batch = tuner.ask(trials - done)
             spent += time.perf_counter() - t0
-            gflops = np.maximum(teacher.predict(env.featurize(batch, "relation")), 0.0)
-            results = [MeasureResult(c, (flops / (g * 1e9),) if g > 0 else (), flops=flops)
-                       for c, g in zip(batch, gflops)]
+            results = measured(env, teacher, batch)
+            gflops = np.array([r.gflops for r in results])
             t0 = time.perf_counter()
             tuner.tell(results)
             tuner.model  # the refit, which the next ask would make
@@ -82,6 +84,16 @@ def surrogate_tune(env, teacher, options: dict, trials: int, seed: int) -> tuple
     return best, spent
 
 
+def measured(env, teacher, configs: list) -> list:
+    """``configs`` as measurements, the teacher's estimate standing in for each timing."""
+    from tensorgym.hardware.result import MeasureResult
+
+    flops = env.workload.flops
+    gflops = np.maximum(teacher.predict(env.featurize(configs, "relation")), 0.0)
+    return [MeasureResult(c, (flops / (g * 1e9),) if g > 0 else (), flops=flops)
+            for c, g in zip(configs, gflops)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--db", nargs="+", required=True, help="records databases (glob patterns)")
@@ -90,6 +102,8 @@ def main() -> None:
                    help="tuner options, one JSON object per setting ({}: the defaults)")
     p.add_argument("--trials", type=int, default=256)
     p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--prior", type=int, default=0, help="configs of the databases told to each "
+                   "tune first, as a database's earlier measurements (random, per seed)")
     args = p.parse_args()
 
     from scipy.stats import spearmanr
@@ -120,8 +134,9 @@ def main() -> None:
                   f"(best measured {y.max():.1f} GFLOP/s), held-out Spearman {rho:.3f}")
             print(f"{'setting':58s} {'mean':>7s} {'min':>7s} {'tuner s':>8s}  per seed")
             for options in settings:
-                runs = [surrogate_tune(env, teacher, options, args.trials, seed)
-                        for seed in range(args.seeds)]
+                runs = [surrogate_tune(env, teacher, options, args.trials, seed, [
+                    configs[i] for i in np.random.default_rng(1000 + seed).permutation(
+                        len(configs))[:args.prior]]) for seed in range(args.seeds)]
                 bests = [b for b, _ in runs]
                 print(f"{json.dumps(options):58s} {statistics.fmean(bests):7.1f} "
                       f"{min(bests):7.1f} {statistics.fmean(s for _, s in runs):8.2f}  "
