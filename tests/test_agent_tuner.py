@@ -83,6 +83,26 @@ class RidgeModel:
         return np.c_[X, np.ones(len(X))] @ self.w
 
 
+@pytest.mark.parametrize("share, fits", [
+    (0.0, 1 + 4),  # the prior's fit, then one after each of the 4 batches (the last one read)
+    (0.05, 1 + 2),  # 200 prior rows: refitted once 10 new ones came, i.e. every other batch
+    (1.0, 1),  # not before the new rows match the 200 the model knows
+])
+def test_a_model_fitted_on_many_rows_is_refitted_once_enough_new_ones_came(share, fits):
+    """``refit_share``: a tune on a database's earlier results does not refit on every batch
+    of a few new rows; a fresh tune still does (the pluggable-model test above)."""
+    prior = SyntheticEnv(SPACE, objective).measure(SPACE.sample_unique(
+        np.random.default_rng(0), 200))
+    tuner = ModelTuner(model=RidgeModel, refit_share=share,
+                       **{k: v for k, v in FAST.items() if k not in ("model_options",
+                                                                   "batch_size")},
+                       batch_size=6)
+    history = tuner.tune(SyntheticEnv(SPACE, objective), 24, seed=0, prior=prior)
+    assert len(history) == 24 and tuner.model.fits == fits
+    with pytest.raises(ValueError, match="refit_share"):
+        ModelTuner(refit_share=-0.1)
+
+
 class ModeRecordingEnv(SyntheticEnv):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
