@@ -141,7 +141,7 @@ class ModelTuner(SearchStrategy):
       last fit are at least that share of the rows it was fitted on (0: after every batch). A
       fresh tune refits after every batch all the same (a batch of 12 is 5% of 240 rows); a tune
       on 1,000 earlier results refits every ~4 batches instead of after each. Surrogate tunes
-      (``bench_search_settings.py --prior``) found bests as good in ~40% less tuner time.
+      (``bench_search_settings.py --prior``) found bests as good in ~35% less tuner time.
     """
 
     name = "xgb"
