@@ -139,8 +139,10 @@ class ModelTuner(SearchStrategy):
       reports what was used.
     - ``refit_share`` (default 0.05): the model is refitted once the results told since its
       last fit are at least that share of the rows it was fitted on (0: after every batch). A
-      fresh tune refits after every batch all the same (a batch of 12 is 5% of 240 rows); a tune
-      on 1,000 earlier results refits every ~4 batches instead of after each. Surrogate tunes
+      fresh tune with the default batch size (an eighth of the budget, so at least 5% of any
+      row count it reaches) refits after every batch all the same; one with small batches set
+      by hand (8 in a 512-trial tune) refits every few batches past 160 rows; a tune on 1,000
+      earlier results refits every ~4 batches of 12 instead of after each. Surrogate tunes
       (``bench_search_settings.py --prior``) found bests as good in ~35% less tuner time.
     """
 
