@@ -144,14 +144,14 @@ def right_after(row: dict, threads: int, rounds: int) -> tuple[float, float]:
     return c.gflops("0"), c.gflops(compare.VENDOR)
 
 
-def vs_torch(row: dict) -> str:
+def vs_torch(row: dict) -> "tuple[float, float] | None":
     """PyTorch at the tune's end over PyTorch right after, and reported / right after with
-    each figure taken relative to PyTorch at its moment ("-" without ``tune --compare``)."""
+    each figure taken relative to PyTorch at its moment (None without ``tune --compare``)."""
     end = (row.get("compare") or {}).get("vendor_gflops")
     now, torch = row.get("right_after", 0.0), row.get("torch_after", 0.0)
     if not (end and now and torch):
-        return "- | -"
-    return f"{end / torch:.2f} | {(row['best_gflops'] / end) / (now / torch):.2f}"
+        return None
+    return end / torch, (row["best_gflops"] / end) / (now / torch)
 
 
 def remeasure(rows: list[dict], threads: int, rounds: int) -> None:
@@ -172,11 +172,12 @@ def report(rows: list[dict], feats: dict) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["workload"], r["version"] != "before", r["seed"])):
         rem, now = r.get("remeasured", 0.0), r.get("right_after", 0.0)
+        torch_cells = " | ".join(f"{x:.2f}" for x in vs_torch(r) or ()) or "- | -"
         print(f"| {r['workload']} | {r['version']} | {r['seed']} | "
               f"{r['wall_time'] / max(1, r['trials']):.3f} | {r['wall_time']:.0f} | "
               f"{search_seconds(r)} | {search_share(r)} | {r['best_gflops']:.1f} | "
               f"{r.get('best_sets', '-')} | {now:.1f} | {r['best_gflops'] / now if now else 0:.2f} | "
-              f"{vs_torch(r)} | {rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
+              f"{torch_cells} | {rem:.1f} | {r['best_gflops'] / rem if rem else 0:.2f} | "
               f"{rem / r.get('torch', float('nan')):.2f} |")
     for name in dict.fromkeys(r["workload"] for r in rows):
         per = {v: [r for r in rows if r["workload"] == name and r["version"] == v]
@@ -191,7 +192,7 @@ def report(rows: list[dict], feats: dict) -> None:
         mine = [r for r in rows if r["version"] == v and r.get("right_after")]
         raw = sum(abs(r["best_gflops"] / r["right_after"] - 1) <= 0.05 for r in mine)
         line = f"{v}: reported within 5% of right after in {raw} of {len(mine)} runs"
-        rel = [float(vs_torch(r).split(" | ")[1]) for r in mine if vs_torch(r) != "- | -"]
+        rel = [both[1] for r in mine if (both := vs_torch(r))]
         if rel:
             line += (f"; relative to PyTorch at each moment in "
                      f"{sum(abs(x - 1) <= 0.05 for x in rel)} of {len(rel)}")

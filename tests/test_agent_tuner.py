@@ -11,6 +11,7 @@ SPACE = ConfigSpace("toy/cpu", tuple(other_knob(f"k{i}", list(range(8))) for i i
 TARGET = np.array([3, 5, 1, 7, 2, 6])
 FAST = dict(batch_size=16, n_chains=32, sa_steps=60, sa_early_stop=20,
             model_options={"n_rounds": 40})
+FAST_OWN_MODEL = {k: v for k, v in FAST.items() if k != "model_options"}  # for a model instance
 
 
 def objective(config):
@@ -93,10 +94,8 @@ def test_a_model_fitted_on_many_rows_is_refitted_once_enough_new_ones_came(share
     of a few new rows; a fresh tune still does (the pluggable-model test above)."""
     prior = SyntheticEnv(SPACE, objective).measure(SPACE.sample_unique(
         np.random.default_rng(0), 200))
-    tuner = ModelTuner(model=RidgeModel, refit_share=share,
-                       **{k: v for k, v in FAST.items() if k not in ("model_options",
-                                                                   "batch_size")},
-                       batch_size=6)
+    tuner = ModelTuner(model=RidgeModel, refit_share=share, **{**FAST_OWN_MODEL,
+                                                               "batch_size": 6})
     history = tuner.tune(SyntheticEnv(SPACE, objective), 24, seed=0, prior=prior)
     assert len(history) == 24 and tuner.model.fits == fits
     with pytest.raises(ValueError, match="refit_share"):
@@ -115,7 +114,7 @@ class ModeRecordingEnv(SyntheticEnv):
 
 def test_model_is_pluggable_and_features_come_from_the_env():
     env = ModeRecordingEnv(SPACE, objective)
-    tuner = ModelTuner(model=RidgeModel, **{k: v for k, v in FAST.items() if k != "model_options"})
+    tuner = ModelTuner(model=RidgeModel, **FAST_OWN_MODEL)
     history = tuner.tune(env, 48, seed=0)
     assert env.modes == {"config"}
     assert tuner._model.fits == 2  # the last batch waits for a reader of the model: no ask
@@ -145,7 +144,7 @@ class FakeHelper:
 
 def tuner_beside(helper: FakeHelper, env, model) -> ModelTuner:
     """A tuner reset on ``env`` whose annealing helper is ``helper``."""
-    tuner = ModelTuner(model=model, **{k: v for k, v in FAST.items() if k != "model_options"})
+    tuner = ModelTuner(model=model, **FAST_OWN_MODEL)
     tuner.prepare(env, 32)
     tuner.reset(SPACE, 0)
     tuner._walker = helper
