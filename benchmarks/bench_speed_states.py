@@ -28,17 +28,26 @@ from tensorgym.baselines.harness import runtime_options  # noqa: E402
 from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
 from tensorgym.hardware.drift import calibration_workload  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
-from tensorgym.hardware.worker import Reference  # noqa: E402
+from tensorgym.hardware.worker import Reference, tolerance  # noqa: E402
 from tensorgym.lower import lower  # noqa: E402
 from tensorgym.templates import default_config, space_for  # noqa: E402
 from tensorgym.workloads import get_workload  # noqa: E402
 
 
 def sampler(runtime, reference: Reference, workload, config, sample_s: float):
-    """A function timing one sample of ``config`` (runs enough for ``sample_s``), in GFLOP/s."""
+    """A function timing one sample of ``config`` (runs enough for ``sample_s``), in GFLOP/s,
+    once its first run's output (NaN-filled before it) matched NumPy's."""
     program = lower(workload, config)
     kernel = runtime.load(runtime.compile(runtime.render(program), program), program)
     bufs = kernel.alloc(reference.inputs_for(workload, program))
+    kernel.time(bufs, 1)
+    expected = reference.get(workload)[1]
+    out = np.asarray(kernel.read_output(bufs))
+    err = float(np.abs(out - expected).max()) / (float(np.abs(expected).max()) or 1.0) \
+        if out.shape == expected.shape else float("inf")
+    if not err <= tolerance(workload):  # also NaN: an output never written
+        raise SystemExit(f"{workload.label} {config.to_json()}: wrong answer (max relative "
+                         f"error {err:.3g})")
     per_run = min(kernel.time(bufs, 1) for _ in range(3))
     number = max(1, int(sample_s / per_run))
     return lambda: workload.flops / kernel.time(bufs, number) / 1e9
