@@ -67,6 +67,46 @@ def test_vectorized_padding_uses_masked_loads():
     assert run_config(w, c)[1] <= tolerance(w)
 
 
+
+def test_strided_gathers_read_each_lane():
+    """A vector load with a constant stride in the vectorized variable (not 0 or 1) reads lane by
+    lane from scalar indices, not from a vector of indices extracted lane by lane: unmasked,
+    under a per-lane mask (padding), from a symbolic first index; an index that is not affine
+    in the variable still takes the general path; beside them, a strided scatter."""
+    x, out = A.Buffer("x", (64,)), A.Buffer("out", (4 * 48,))
+    i, v = A.LoopVar("i"), A.LoopVar("v")
+
+    def vec(block: int, index: A.Expr, value: A.Expr) -> A.Stmt:  # out[48 block + index]
+        return A.For(v, 16, "vectorized", A.Store(out, (A.add(48 * block, index),), value))
+
+    row = A.add(A.mul(i, 16), v)
+    shifted = A.add(A.mul(v, 3), A.add(i, -2))  # 3v + i - 2: negative in lane 0 for i < 2
+    body = A.seq(
+        vec(0, row, A.Load(x, (A.add(A.mul(v, 3), i),))),
+        vec(1, row, A.Select(A.BinOp(">=", shifted, A.const(0)), A.Load(x, (shifted,)),
+                             A.FloatImm(-1.0))),
+        vec(2, row, A.Load(x, (A.BinOp("%", A.mul(v, 7), A.const(13)),))),
+        vec(3, A.add(i, A.mul(v, 3)), A.Load(x, (A.add(i, v),))))  # a strided scatter
+    p = A.Program("strided", (x, out), (), A.For(i, 3, "serial", body))
+    source = RT.render(p)
+    assert source.count("extractelement <16 x i64>") == 16  # the non-affine gather's only
+    kernel = RT.load(RT.compile(source, p), p)
+    data = np.arange(64, dtype=np.float32) + 0.5
+    bufs = kernel.alloc([data])
+    kernel.time(bufs, 1)
+    got = kernel.read_output(bufs)
+    want = np.empty((4, 48), np.float32)
+    lanes = np.arange(16)
+    for k in range(3):
+        want[0, 16 * k:16 * k + 16] = data[3 * lanes + k]
+        idx = 3 * lanes + k - 2
+        want[1, 16 * k:16 * k + 16] = np.where(idx >= 0, data[np.maximum(idx, 0)], -1.0)
+        want[2, 16 * k:16 * k + 16] = data[(7 * lanes) % 13]
+        want[3, k + 3 * lanes] = data[k + lanes]
+    np.testing.assert_array_equal(got, want.ravel())
+    kernel.release(bufs)
+
+
 def test_parallel_loop_calls_libgomp():
     w = SMALL_WORKLOADS[0]
     c = default_config(w, "cpu")
