@@ -3,12 +3,16 @@ side by side on the same lowered programs in one process, and whether the kernel
 
     python benchmarks/bench_render.py --base 2531114                 # 16 configs x 4 workloads
     python benchmarks/bench_render.py --base 2531114 --configs 32 --workloads conv2d-C6
+    python benchmarks/bench_render.py --base 0e7edc7 --workloads conv2d-C6 --db records.db --top 10
 
 The base's ``tensorgym/codegen/llvm.py`` is read with ``git show`` and loaded as a module of this
 package (it needs only the loop AST). Per config, the two emitters alternate in an order that
 flips each time; render and compile are CPU seconds of this process. Then both modules are
 compiled to assembly: identical assembly runs identically, so only the kernels whose assembly
-differs are timed, interleaved over ``--rounds`` rounds (median per kernel, new over base).
+differs are timed, interleaved over ``--rounds`` rounds (median per kernel, new over base),
+each once checked against NumPy. ``--db``: the configs a records database holds for the workload
+(a tune's: the kernels a tuner builds, not random ones), instead of ``--configs`` random ones;
+``--top N``: time only the N differing kernels whose base runs fastest.
 """
 from __future__ import annotations
 
@@ -25,7 +29,9 @@ import numpy as np
 
 from tensorgym.codegen.llvm import emit_llvm
 from tensorgym.hardware.cpu import CPURuntime
+from tensorgym.hardware.worker import tolerance
 from tensorgym.lower import lower
+from tensorgym.records import Records
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
 
@@ -58,6 +64,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--db", help="take the workload's configs from this records database")
+    ap.add_argument("--top", type=int, default=0, help="time only the N fastest differing kernels")
     args = ap.parse_args()
     emitters = {"base": base_emitter(args.base), "new": emit_llvm}
     rt = CPURuntime(args.threads)
@@ -65,7 +73,10 @@ def main() -> None:
           f"{'new':>6s} {'compile base':>12s} {'new':>7s} {'same asm':>8s} {'run new/base':>12s}")
     for name in args.workloads:
         wl = get_workload(name)
-        configs = space_for(wl, "cpu").sample(np.random.default_rng(args.seed), args.configs)
+        space = space_for(wl, "cpu")
+        configs = ([space.from_json(c) for c in dict.fromkeys(
+            r.config_json for r in Records(args.db).query(wl.key))] if args.db
+            else space.sample(np.random.default_rng(args.seed), args.configs))
         cost = {k: {"render": 0.0, "compile": 0.0, "lines": 0} for k in emitters}
         same, differing = 0, []
         for i, config in enumerate(configs):
@@ -85,14 +96,35 @@ def main() -> None:
                 same += 1
             else:
                 differing.append((program, sources))
-        ratios = [run_ratio(rt, wl, p, s, args.rounds) for p, s in differing]
-        ratios = [r for r in ratios if r is not None]
+        ratios = [r for r in (run_ratio(rt, wl, p, s, args.rounds)
+                              for p, s in fastest(rt, wl, differing, args.top)) if r is not None]
         n = len(configs)
         rb, rn = (cost[k]["render"] / n * 1e3 for k in ("base", "new"))
         print(f"{name:14s} {rb:9.1f}ms {rn:5.1f}ms {rb / rn:5.1f}x {cost['base']['lines'] / n:10.0f} "
               f"{cost['new']['lines'] / n:6.0f} {cost['base']['compile'] / n * 1e3:10.0f}ms "
               f"{cost['new']['compile'] / n * 1e3:5.0f}ms {same:4d}/{n:<3d} "
               f"{' '.join(f'{r:.2f}' for r in ratios) or '-':>12s}")
+        if ratios:
+            print(f"{'':14s} run new/base: median {statistics.median(ratios):.2f}, "
+                  f"{min(ratios):.2f}-{max(ratios):.2f}, new faster on {sum(r < 1 for r in ratios)} "
+                  f"of {len(ratios)}")
+
+
+def fastest(rt: CPURuntime, wl, differing: list, top: int) -> list:
+    """The ``top`` (program, sources) whose base kernel runs fastest (one run each); all if 0."""
+    if not top:
+        return differing
+    inputs = wl.random_inputs(0)
+
+    def first_run(program, sources: dict) -> float:
+        kern = rt.load(rt.compile(sources["base"], program), program)
+        bufs = kern.alloc(inputs)
+        try:
+            return kern.time(bufs, 1)
+        finally:
+            kern.release(bufs)
+
+    return sorted(differing, key=lambda d: first_run(*d))[:top]
 
 
 def run_ratio(rt: CPURuntime, wl, program, sources: dict, rounds: int) -> "float | None":
@@ -101,9 +133,15 @@ def run_ratio(rt: CPURuntime, wl, program, sources: dict, rounds: int) -> "float
     inputs = wl.random_inputs(0)
     kernels = {k: rt.load(rt.compile(src, program), program) for k, src in sources.items()}
     bufs = {k: kern.alloc(inputs) for k, kern in kernels.items()}
+    expected = wl.reference(inputs)
     try:
         if max(kern.time(bufs[k], 1) for k, kern in kernels.items()) > 0.2:
             return None
+        for k, kern in kernels.items():  # each first run's output (NaN-filled before it)
+            out = np.asarray(kern.read_output(bufs[k]))
+            err = float(np.abs(out - expected).max()) / (float(np.abs(expected).max()) or 1.0)
+            if not err <= tolerance(wl):
+                raise SystemExit(f"{wl.label}: the {k} kernel gave a wrong answer ({err:.3g})")
         samples: dict[str, list[float]] = {k: [] for k in kernels}
         for r in range(rounds):
             for k in (list(kernels) if r % 2 == 0 else list(reversed(kernels))):
