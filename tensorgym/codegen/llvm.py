@@ -636,7 +636,7 @@ class _Emitter:
         """Lane k of ``out`` loaded from ``first + k * stride``: a constant offset from one
         pointer, or (masked: a masked-off lane reads index 0) a scalar add. LLVM kept the
         general path's vector of 64-bit indices, extracted lane by lane, in the machine code
-        (AVX2 has no 64-bit vector multiply): on a Zen 3, this path took 10-30% off such
+        (AVX2 has no 64-bit vector multiply): on a Zen 3, this path took 9-30% off such
         kernels' instructions and ran every one of 18 tuned C6/C1 gather kernels 1.02-1.56x
         faster; it also compiles ~10% faster. A third of a C6 tune's kernels gather."""
         vty = out.ty
