@@ -328,7 +328,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if summary["best_sets"] > 1:  # its first set of rounds disagreed with the tune's
                 figures = ", then ".join(f"{g:.1f}" for g in summary["best_set_gflops"])
                 earlier += (f"; timed in {summary['best_sets']} sets of rounds ({figures} "
-                            "GFLOP/s), the machine's speed having moved")
+                            "GFLOP/s), the machine's speed having moved"
+                            + ("" if summary["best_set_gflops"][-1] == best.gflops
+                               else ", and the median set reported"))
             print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
                   f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
             for line in speedups.get("lines", []):

@@ -96,29 +96,33 @@ def test_tune_human_output(capsys, tmp_path):
     assert code == 0 and "best:" in out and "GFLOP/s" in out and "config:" in out
 
 
-def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, monkeypatch):
-    """A best whose end-of-tune rounds were taken again (``reconfirm``'s ``sets``) says so."""
+@pytest.mark.parametrize("factors, median", [((2, 1), False), ((2, 1, 0.5), True)])
+def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, monkeypatch,
+                                                           factors, median):
+    """A best whose end-of-tune rounds were taken again (``reconfirm``'s ``sets``) says so, and
+    that the median set was reported where the sets never settled."""
     from dataclasses import replace
 
     from tensorgym.envs.tensor_sched import TensorSchedEnv
 
     reconfirm = TensorSchedEnv.reconfirm
 
-    def twice(self, *a, **kw):
+    def again(self, *a, **kw):
         best = reconfirm(self, *a, **kw)
-        self.best = replace(best, extra={**best.extra, "sets": 2,
-                                         "set_gflops": [2 * best.gflops, best.gflops]})
+        self.best = replace(best, extra={**best.extra, "sets": len(factors),
+                                         "set_gflops": [f * best.gflops for f in factors]})
         return self.best
 
-    monkeypatch.setattr(TensorSchedEnv, "reconfirm", twice)
+    monkeypatch.setattr(TensorSchedEnv, "reconfirm", again)
     args = ("tune", "matmul:16,16,16", "--trials", "3", "--agent", "grid", "--no-progress")
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "a.db"))
-    assert code == 0 and "timed in 2 sets of rounds (" in out and ", then " in out
+    assert code == 0 and f"timed in {len(factors)} sets of rounds (" in out and ", then " in out
+    assert ("the median set reported" in out) == median
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "b.db"), "--json")
     summary = json.loads(out)
-    assert code == 0 and summary["best_sets"] == 2
+    assert code == 0 and summary["best_sets"] == len(factors)
     assert summary["best_set_gflops"] == pytest.approx(
-        [2 * summary["best_gflops"], summary["best_gflops"]])
+        [f * summary["best_gflops"] for f in factors])
 
 
 def test_leaderboard_run_show_validate(capsys, tmp_path):
