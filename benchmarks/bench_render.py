@@ -29,7 +29,7 @@ import numpy as np
 
 from tensorgym.codegen.llvm import emit_llvm
 from tensorgym.hardware.cpu import CPURuntime
-from tensorgym.hardware.worker import tolerance
+from tensorgym.hardware.worker import relative_error, tolerance
 from tensorgym.lower import lower
 from tensorgym.records import Records
 from tensorgym.templates import space_for
@@ -82,12 +82,12 @@ def main() -> None:
         for i, config in enumerate(configs):
             program = lower(wl, config)
             order = list(emitters) if i % 2 == 0 else list(reversed(emitters))
-            sources, asm = {}, {}
+            sources, binaries, asm = {}, {}, {}
             for k in order:
                 t0 = time.process_time()
                 sources[k] = emitters[k](program, args.threads)
                 t1 = time.process_time()
-                rt.compile(sources[k], program)
+                binaries[k] = rt.compile(sources[k], program)
                 cost[k]["render"] += t1 - t0
                 cost[k]["compile"] += time.process_time() - t1
                 cost[k]["lines"] += sources[k].count("\n")
@@ -95,7 +95,7 @@ def main() -> None:
             if asm["base"] == asm["new"]:
                 same += 1
             else:
-                differing.append((program, sources))
+                differing.append((program, binaries))
         ratios = [r for r in (run_ratio(rt, wl, p, s, args.rounds)
                               for p, s in fastest(rt, wl, differing, args.top)) if r is not None]
         n = len(configs)
@@ -111,13 +111,13 @@ def main() -> None:
 
 
 def fastest(rt: CPURuntime, wl, differing: list, top: int) -> list:
-    """The ``top`` (program, sources) whose base kernel runs fastest (one run each); all if 0."""
+    """The ``top`` (program, binaries) whose base kernel runs fastest (one run each); all if 0."""
     if not top:
         return differing
     inputs = wl.random_inputs(0)
 
-    def first_run(program, sources: dict) -> float:
-        kern = rt.load(rt.compile(sources["base"], program), program)
+    def first_run(program, binaries: dict) -> float:
+        kern = rt.load(binaries["base"], program)
         bufs = kern.alloc(inputs)
         try:
             return kern.time(bufs, 1)
@@ -127,19 +127,18 @@ def fastest(rt: CPURuntime, wl, differing: list, top: int) -> list:
     return sorted(differing, key=lambda d: first_run(*d))[:top]
 
 
-def run_ratio(rt: CPURuntime, wl, program, sources: dict, rounds: int) -> "float | None":
+def run_ratio(rt: CPURuntime, wl, program, binaries: dict, rounds: int) -> "float | None":
     """Median run time of the new kernel over the base's, timed interleaved on the same inputs;
     None for a kernel too slow to time here (over 0.2 s a run)."""
     inputs = wl.random_inputs(0)
-    kernels = {k: rt.load(rt.compile(src, program), program) for k, src in sources.items()}
+    kernels = {k: rt.load(binary, program) for k, binary in binaries.items()}
     bufs = {k: kern.alloc(inputs) for k, kern in kernels.items()}
     expected = wl.reference(inputs)
     try:
         if max(kern.time(bufs[k], 1) for k, kern in kernels.items()) > 0.2:
             return None
         for k, kern in kernels.items():  # each first run's output (NaN-filled before it)
-            out = np.asarray(kern.read_output(bufs[k]))
-            err = float(np.abs(out - expected).max()) / (float(np.abs(expected).max()) or 1.0)
+            err = relative_error(np.asarray(kern.read_output(bufs[k])), expected)
             if not err <= tolerance(wl):
                 raise SystemExit(f"{wl.label}: the {k} kernel gave a wrong answer ({err:.3g})")
         samples: dict[str, list[float]] = {k: [] for k in kernels}

@@ -28,7 +28,7 @@ from tensorgym.baselines.harness import runtime_options  # noqa: E402
 from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
 from tensorgym.hardware.drift import calibration_workload  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
-from tensorgym.hardware.worker import Reference, tolerance  # noqa: E402
+from tensorgym.hardware.worker import Reference, relative_error, tolerance  # noqa: E402
 from tensorgym.lower import lower  # noqa: E402
 from tensorgym.templates import default_config, space_for  # noqa: E402
 from tensorgym.workloads import get_workload  # noqa: E402
@@ -42,9 +42,7 @@ def sampler(runtime, reference: Reference, workload, config, sample_s: float):
     bufs = kernel.alloc(reference.inputs_for(workload, program))
     kernel.time(bufs, 1)
     expected = reference.get(workload)[1]
-    out = np.asarray(kernel.read_output(bufs))
-    err = float(np.abs(out - expected).max()) / (float(np.abs(expected).max()) or 1.0) \
-        if out.shape == expected.shape else float("inf")
+    err = relative_error(np.asarray(kernel.read_output(bufs)), expected)
     if not err <= tolerance(workload):  # also NaN: an output never written
         raise SystemExit(f"{workload.label} {config.to_json()}: wrong answer (max relative "
                          f"error {err:.3g})")

@@ -67,7 +67,6 @@ def test_vectorized_padding_uses_masked_loads():
     assert run_config(w, c)[1] <= tolerance(w)
 
 
-
 def test_strided_gathers_read_each_lane():
     """A vector load with a constant stride in the vectorized variable (not 0 or 1) reads lane by
     lane from scalar indices, not from a vector of indices extracted lane by lane: unmasked,

@@ -26,6 +26,14 @@ def tolerance(workload) -> float:
     return max(1e-5, 1e-6 * workload.reduction_length)
 
 
+def relative_error(out: np.ndarray, expected: np.ndarray) -> float:
+    """max |out - expected| / max |expected| (inf for another shape; NaN where ``out`` holds
+    one): what ``tolerance`` bounds."""
+    if out.shape != expected.shape:
+        return math.inf
+    return float(np.abs(out - expected).max()) / (float(np.abs(expected).max()) or 1.0)
+
+
 class Reference:
     """Random inputs and the NumPy output, computed once per workload in the worker."""
 
@@ -132,9 +140,7 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
             return bad
         if opts.check:
             out = np.asarray(kernel.read_output(bufs))
-            scale = float(np.abs(expected).max()) or 1.0
-            err = float(np.abs(out - expected).max()) / scale if out.shape == expected.shape \
-                else math.inf
+            err = relative_error(out, expected)
             if not err <= tolerance(workload):  # also catches NaN
                 unwritten = int(np.isnan(out).sum())
                 return fail(ErrorCode.WRONG_ANSWER,
