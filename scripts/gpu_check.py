@@ -1,161 +1,261 @@
-"""Check the GPU template on an NVIDIA GPU, standalone (no measurer, no records):
+"""Check the GPU path on a real device in one command, through the same measurer, tuner and CLI a
+user runs, and write one JSON file of results:
 
-1. correctness of ``--check`` random valid configs of the workload (default conv2d-C6) vs NumPy;
-2. a ``--trials`` random search on it, printing the best kernel's TFLOP/s beside PyTorch's cuDNN
-   conv2d on the same GPU (skipped when torch has no CUDA).
+1. install: the bindings, NVRTC and nvcc, the driver, the device (name, compute capability,
+   limits), PyTorch and cuDNN;
+2. correctness: ``--check`` random valid configs of conv2d-C6, ``--held-out`` of a shape no tuner
+   was written for, and matmul configs picked to use float2/float4 loads, each built, run on
+   NaN-filled outputs between canaries and compared with NumPy by the measurement worker; which
+   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling) the checked
+   kernels used;
+3. tune: ``tensorgym tune W --target cuda --agent xgb --trials N --json --compare`` for each of
+   ``--workloads`` (a subprocess, as a user runs it): the reported best, its re-measurement
+   interleaved with cuDNN / cuBLAS through PyTorch, seconds per trial, failures by error code.
 
-    python scripts/gpu_check.py [--check 50] [--trials 200] [--seed 0] [--jobs 16]
+    python scripts/gpu_check.py --out gpu_check.json [--trials 200] [--check 50] [--held-out 20]
 
-Without a CUDA device it stops at once with the runtime's "no CUDA device" error (exit code 2).
-Compiles run in a thread pool (NVRTC or nvcc release the GIL); timed runs are sequential.
+``--target opencl`` runs the same on an OpenCL device (PoCL on the CPU: no vendor library).
+Without a device it stops at once with the runtime's "no ... device" error (exit code 2). Exit
+code 1 when a checked kernel was wrong or a phase failed.
 """
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
+import importlib.metadata
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
-from tensorgym.errors import TargetUnavailableError
-from tensorgym.hardware.runtime import Runtime, get_runtime
+from tensorgym.errors import ErrorCode, TargetUnavailableError
+from tensorgym.hardware.measure import MeasureOptions, Measurer
 from tensorgym.lower.gpu import lower_gpu
-from tensorgym.templates.gpu import sample_valid_configs
+from tensorgym.templates.gpu import gpu_plan, sample_valid_configs
 from tensorgym.workloads import get_workload
 
-
-def tolerance(workload) -> float:
-    return max(1e-5, 1e-6 * workload.reduction_length)
-
-
-def build_all(runtime: Runtime, workload, configs, limits, jobs: int):
-    """(config, program, binary or exception) for every config, compiled in parallel."""
-    def build(config):
-        program = lower_gpu(workload, config, limits)
-        try:
-            return config, program, runtime.compile(runtime.render(program), program)
-        except Exception as e:  # noqa: BLE001 - reported per config
-            return config, program, e
-
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(build, configs))
+#: a conv2d shape none of the templates' defaults or tests were tuned on: odd sizes, stride 2
+HELD_OUT = "conv2d:1,48,23,19,72,3,2,1"
+#: the source markers of each GPU feature, per target
+MARKERS = {
+    "cuda": {"shared memory": "__shared__", "vector loads": "*(float", "unroll pragma": "#pragma unroll"},
+    "opencl": {"shared memory": "__local", "vector loads": "vload", "unroll pragma": "#pragma unroll"},
+}
 
 
-def run(runtime, program, binary, inputs, expected, min_ms: float = 2.0, repeat: int = 3):
-    """(median seconds, max relative error) of one kernel."""
-    kernel = runtime.load(binary, program)
-    bufs = kernel.alloc(inputs)
+def _version(package: str) -> "str | None":
     try:
-        first = kernel.time(bufs, 1)
-        out = kernel.read_output(bufs)
-        err = float(np.abs(out - expected).max() / (np.abs(expected).max() or 1.0))
-        number = max(1, math.ceil(min_ms * 1e-3 / max(first, 1e-7)))
-        return statistics.median(kernel.time(bufs, number) for _ in range(repeat)), err
-    finally:
-        kernel.release(bufs)
-        kernel.close()
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
-def torch_cudnn_seconds(workload) -> "float | None":
+def install_info(target: str, runtime) -> dict:
+    """What a user would check first: the packages, compilers, driver and device."""
+    info: dict = {"python": sys.version.split()[0], "numpy": np.__version__,
+                  "device": runtime.device_name(), "limits": runtime.limits()}
+    if target == "cuda":
+        from cuda.bindings import driver, nvrtc
+
+        info["cuda-bindings"] = _version("cuda-bindings") or _version("cuda-python")
+        err, version = driver.cuDriverGetVersion()
+        info["driver_cuda_version"] = f"{version // 1000}.{version % 1000 // 10}"
+        try:
+            err, major, minor = nvrtc.nvrtcVersion()
+            info["nvrtc"] = f"{major}.{minor}" if int(err) == 0 else f"error {err!r}"
+        except Exception as e:  # noqa: BLE001 - reported, nvcc is the fallback
+            info["nvrtc"] = f"not loadable: {type(e).__name__}: {e}"
+        info["arch"] = runtime.arch
+    else:
+        info["pyopencl"] = _version("pyopencl")
+    nvcc = shutil.which("nvcc")
+    info["nvcc"] = nvcc and subprocess.run([nvcc, "--version"], capture_output=True,
+                                           text=True).stdout.strip().splitlines()[-1]
     try:
         import torch
+
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.cuda.is_available() and torch.cuda.get_device_name(0)
+        info["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
     except ImportError:
-        return None
-    if not torch.cuda.is_available() or workload.op != "conv2d":
-        return None
-    n, ic, h, w, oc, k, stride, pad = workload.params
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False  # fp32 arithmetic, like our kernels
-    x = torch.randn(n, ic, h, w, device="cuda")
-    weight = torch.randn(oc, ic, k, k, device="cuda")
-    conv = lambda: torch.nn.functional.conv2d(x, weight, stride=stride, padding=pad)  # noqa: E731
-    for _ in range(20):
-        conv()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(5):
-        start.record()
-        for _ in range(100):
-            conv()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e-3 / 100)
-    return statistics.median(samples)
+        info["torch"] = None
+    return info
+
+
+def features(target: str, runtime, workload, config, limits) -> list[str]:
+    """The GPU features the config's kernel uses, read off its source and knobs."""
+    source = runtime.render(lower_gpu(workload, config, limits))
+    used = [name for name, marker in MARKERS[target].items() if marker in source]
+    knobs = config.values
+    if knobs.get("unroll_explicit") and knobs.get("auto_unroll_max_step"):
+        used.append("explicit unroll")
+    return used
+
+
+def vector_configs(workload, rng, limits, n: int) -> list:
+    """Up to ``n`` valid configs whose operand loads are float2 or float4 (both widths if any)."""
+    by_width: dict[int, list] = {2: [], 4: []}
+    for config in sample_valid_configs(workload, 400, rng, limits):
+        width = max(gpu_plan(workload, config).vector_widths)
+        if width in by_width and len(by_width[width]) < n - n // 2:
+            by_width[width].append(config)
+    return (by_width[4] + by_width[2])[:n]
+
+
+def correctness(target: str, args, out: dict) -> bool:
+    """Measure random configs through the measurer; a wrong answer is WRONG_ANSWER there."""
+    options = MeasureOptions(repeat=1, min_repeat_ms=0.2, max_repeat=1, stop_slower_than=0.0,
+                             calibrate=False, seed=args.seed)
+    rng = np.random.default_rng(args.seed)
+    measurer = Measurer(target, options)
+    limits = measurer.runtime.limits()
+    sets = {"conv2d-C6": args.check, HELD_OUT: args.held_out, "matmul-1024 (vector loads)": 10}
+    rows, use, ok = [], Counter(), True
+    try:
+        for name, n in sets.items():
+            workload = get_workload(name.split(" ")[0])
+            configs = (vector_configs(workload, rng, limits, n) if "vector" in name
+                       else sample_valid_configs(workload, n, rng, limits))
+            t0 = time.perf_counter()
+            results = measurer.measure(workload, configs)
+            codes = Counter(r.error.name for r in results)
+            wrong = [r.config.index for r in results if r.error == ErrorCode.WRONG_ANSWER]
+            failed = {str(r.config.index): f"{r.error.name}: {r.error_msg[:300]}"
+                      for r in results if not r.ok}
+            for c in configs:
+                use.update(features(target, measurer.runtime, workload, c, limits))
+            rows.append({"set": name, "configs": len(configs), "correct": codes["NO_ERROR"],
+                         "wrong": len(wrong), "codes": dict(codes), "failed": failed,
+                         "best_gflops": max((r.gflops for r in results), default=0.0),
+                         "seconds": round(time.perf_counter() - t0, 1)})
+            ok &= not wrong and codes["NO_ERROR"] == len(configs) and len(configs) == n
+    finally:
+        measurer.close()
+    out["correctness"] = rows
+    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll"]}
+    return ok and all(out["features"].values())
+
+
+def tune(target: str, workload: str, args, db: Path) -> dict:
+    """One ``tensorgym tune`` as a user runs it, and its failures by error code."""
+    cmd = [sys.executable, "-m", "tensorgym", "tune", workload, "--target", target, "--agent",
+           args.agent, "--trials", str(args.trials), "--seed", str(args.seed), "--db", str(db),
+           "--json", "--compare", "--no-progress"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.tune_timeout)
+    row: dict = {"workload": workload, "command": " ".join(["tensorgym", *cmd[3:]]),
+                 "returncode": proc.returncode, "seconds": round(time.perf_counter() - t0, 1)}
+    if proc.returncode != 0:
+        row["stderr"] = proc.stderr[-3000:]
+        return row
+    summary = json.loads(proc.stdout)
+    with sqlite3.connect(db) as con:
+        codes = con.execute("SELECT error, COUNT(*) FROM records WHERE target = ? AND "
+                            "workload_key = ? GROUP BY error", (target, summary["workload"]))
+        row["codes"] = {ErrorCode(e).name: n for e, n in codes}
+    compare = summary.get("compare") or {}
+    row.update(trials=summary["trials"], failures=summary["failures"],
+               wall_time=summary["wall_time"], s_per_trial=summary["wall_time"] / summary["trials"],
+               time=summary["time"], best_gflops=summary["best_gflops"],
+               best_gflops_found=summary["best_gflops_found"],
+               remeasured_gflops=compare.get("best_gflops"),
+               vendor_library=compare.get("vendor_library"),
+               vendor_gflops=compare.get("vendor_gflops"),
+               vs_vendor=compare.get("speedup_vendor"),
+               vendor_skipped=compare.get("vendor_skipped"),
+               best_config=summary["best_config"])
+    return row
+
+
+def table(out: dict) -> str:
+    lines = [f"device: {out.get('install', {}).get('device')}", "",
+             "| correctness | configs | correct | wrong | error codes | s |", "|---|---|---|---|---|---|"]
+    for r in out.get("correctness", []):
+        lines.append(f"| {r['set']} | {r['configs']} | {r['correct']} | {r['wrong']} | "
+                     f"{r['codes']} | {r['seconds']} |")
+    lines.append(f"\nGPU features used by the checked kernels: {out.get('features')}\n")
+    lines += ["| tune | trials | failed | s/trial | reported | re-measured | vendor | ratio | codes |",
+              "|---|---|---|---|---|---|---|---|---|"]
+
+    def num(x, f=".1f"):
+        return "-" if x is None else format(x, f)
+
+    for r in out.get("tune", []):
+        if r.get("returncode"):
+            lines.append(f"| {r['workload']} | failed (exit {r['returncode']}) |")
+            continue
+        lines.append(f"| {r['workload']} | {r['trials']} | {r['failures']} | "
+                     f"{num(r['s_per_trial'], '.3f')} | {num(r['best_gflops'])} | "
+                     f"{num(r['remeasured_gflops'])} | {num(r['vendor_gflops'])} "
+                     f"({r['vendor_library'] or r['vendor_skipped']}) | {num(r['vs_vendor'], '.2f')}"
+                     f" | {r['codes']} |")
+    for phase, err in out.get("errors", {}).items():
+        lines.append(f"\nphase {phase} FAILED: {err.splitlines()[-1] if err else ''}")
+    return "\n".join(lines)
 
 
 def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", default="conv2d-C6")
-    ap.add_argument("--check", type=int, default=50, help="random configs checked vs NumPy")
-    ap.add_argument("--trials", type=int, default=200, help="random-search trials")
+    ap.add_argument("--target", default="cuda", choices=["cuda", "opencl"])
+    ap.add_argument("--check", type=int, default=50, help="random conv2d-C6 configs checked")
+    ap.add_argument("--held-out", type=int, default=20, help=f"random configs of {HELD_OUT}")
+    ap.add_argument("--trials", type=int, default=200, help="trials of each tune")
+    ap.add_argument("--workloads", nargs="*", default=["conv2d-C6", "matmul-1024"])
+    ap.add_argument("--agent", default="xgb")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jobs", type=int, default=16, help="parallel compiles")
-    ap.add_argument("--target", default="cuda", choices=["cuda", "opencl"],
-                    help="opencl runs the same checks on any OpenCL device (e.g. PoCL)")
+    ap.add_argument("--tune-timeout", type=float, default=900, help="seconds per tune")
+    ap.add_argument("--out", default="gpu_check.json", help="the JSON file of results")
+    ap.add_argument("--db", help="records database of the tunes (default: beside --out)")
     args = ap.parse_args(argv)
 
-    runtime = get_runtime(args.target)
+    from tensorgym.hardware.target import get_target
+
+    runtime = get_target(args.target).runtime()
     try:
         runtime.check_available()
     except TargetUnavailableError as e:
         print(f"gpu_check: {e}", file=sys.stderr)
         return 2
-    workload = get_workload(args.workload)
-    limits = runtime.limits()
-    print(f"device {runtime.device_name()}  limits {limits}")
-    inputs = workload.random_inputs(args.seed)
-    expected = workload.reference(inputs)
-    rng = np.random.default_rng(args.seed)
+    out_path = Path(args.out)
+    db = Path(args.db or out_path.with_suffix(".db"))
+    out: dict = {"args": vars(args), "errors": {}}
 
-    t0 = time.perf_counter()
-    checked = build_all(runtime, workload, sample_valid_configs(workload, args.check, rng, limits),
-                        limits, args.jobs)
-    correct = 0
-    for config, program, binary in checked:
-        if isinstance(binary, Exception):
-            print(f"  COMPILE ERROR {config}: {binary}")
-            continue
-        try:
-            seconds, err = run(runtime, program, binary, inputs, expected, min_ms=0.1, repeat=1)
-        except Exception as e:  # noqa: BLE001
-            print(f"  RUN ERROR {config}: {type(e).__name__}: {e}")
-            continue
-        if err <= tolerance(workload):
-            correct += 1
-        else:
-            print(f"  WRONG (max rel err {err:.3g}) {config}")
-    print(f"correctness: {correct}/{len(checked)} random configs of {workload.label} match NumPy "
-          f"({time.perf_counter() - t0:.0f} s)")
+    def save() -> None:
+        out_path.write_text(json.dumps(out, indent=1, default=str))
 
-    t0 = time.perf_counter()
-    trials = build_all(runtime, workload, sample_valid_configs(workload, args.trials, rng, limits),
-                       limits, args.jobs)
-    best, failures = (math.inf, None), 0
-    for config, program, binary in trials:
+    ok = True
+    for phase in ("install", "correctness", "tune"):
+        t0 = time.perf_counter()
         try:
-            if isinstance(binary, Exception):
-                raise binary
-            seconds, err = run(runtime, program, binary, inputs, expected)
-            if err > tolerance(workload):
-                raise ValueError(f"wrong answer (max rel err {err:.3g})")
-        except Exception as e:  # noqa: BLE001
-            failures += 1
-            print(f"  trial failed: {type(e).__name__}: {str(e)[:200]}")
-            continue
-        best = min(best, (seconds, config), key=lambda b: b[0])
-    tflops = workload.flops / best[0] / 1e12 if best[1] is not None else 0.0
-    print(f"random search: {len(trials)} trials, {failures} failed, "
-          f"{time.perf_counter() - t0:.0f} s")
-    print(f"best tensorgym kernel: {tflops:.3f} TFLOP/s ({best[0] * 1e6:.1f} us)  {best[1]}")
-    torch_seconds = torch_cudnn_seconds(workload)
-    if torch_seconds is not None:
-        print(f"PyTorch cuDNN conv2d:  {workload.flops / torch_seconds / 1e12:.3f} TFLOP/s "
-              f"({torch_seconds * 1e6:.1f} us)")
-    return 0 if correct == len(checked) else 1
+            if phase == "install":
+                out["install"] = install_info(args.target, runtime)
+                print(json.dumps(out["install"], default=str), flush=True)
+            elif phase == "correctness":
+                ok &= correctness(args.target, args, out)
+            else:
+                out["tune"] = []
+                for w in args.workloads:
+                    out["tune"].append(tune(args.target, w, args, db))
+                    ok &= out["tune"][-1]["returncode"] == 0
+                    save()
+        except Exception:  # noqa: BLE001 - the next phases still run; the error is reported
+            out["errors"][phase] = traceback.format_exc()
+            print(out["errors"][phase], file=sys.stderr, flush=True)
+            ok = False
+        print(f"[{phase}: {time.perf_counter() - t0:.0f} s]", flush=True)
+        save()
+    print(table(out))
+    print(f"results: {out_path}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

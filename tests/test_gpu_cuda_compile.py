@@ -3,7 +3,9 @@ compiled to PTX by nvcc (no GPU needed). The kernels go into two .cu files compi
 import dataclasses
 import re
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +70,17 @@ def test_runtime_compiles_a_cubin_and_labels_compile_errors():
     assert runtime.compile(source, program)[:4] == b"\x7fELF"
     with pytest.raises(CUDACompileError):
         runtime.compile(source.replace("__syncthreads()", "no_such_function()", 1), program)
+
+
+def test_gpu_check_without_a_device_stops_at_once_and_says_what_to_use(tmp_path):
+    try:
+        CUDARuntime().check_available()
+        pytest.skip("a CUDA device is present")
+    except TargetUnavailableError:
+        pass
+    script = Path(__file__).parents[1] / "scripts" / "gpu_check.py"
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(script), "--out", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and not out.exists()
+    assert "no CUDA device was found" in proc.stderr and "available targets here: cpu" in proc.stderr

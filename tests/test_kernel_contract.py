@@ -134,6 +134,13 @@ def opencl():
     m.close()
 
 
+@pytest.fixture(scope="module")
+def cuda():
+    m = _measurer("cuda")
+    yield m
+    m.close()
+
+
 def _bad_then_good(measurer: Measurer, target: str, make, code: ErrorCode, words: str) -> None:
     cfg = default_config(W, target)
     bad = measurer.run_program(W, make(correct(target)), cfg)
@@ -165,6 +172,18 @@ def test_opencl_injected_kernel_is_labelled_and_the_next_one_is_fine(opencl, nam
     _bad_then_good(opencl, "opencl", make, code, words)
 
 
+# A GPU's buffers have canaries but no guard pages; a wild address is the driver's illegal-address
+# error, which poisons the context: the worker is replaced before the next kernel.
+CUDA_CASES = CANARY_CASES + [("segfault", segfault, ErrorCode.RUNTIME_DEVICE, ""),
+                             ("hang", hang, ErrorCode.RUN_TIMEOUT, "no result within")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,make,code,words", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
+def test_cuda_injected_kernel_is_labelled_and_the_next_one_is_fine(cuda, name, make, code, words):
+    _bad_then_good(cuda, "cuda", make, code, words)
+
+
 # ---------------------------------------------------------------- run_job itself, in process
 
 
@@ -184,7 +203,8 @@ def _job(rt, program: A.Program, source: "str | None" = None) -> RunResult:
     return run_job(rt, Reference(0), W, program, binary, OPTS)
 
 
-TARGETS = ["cpu", pytest.param("opencl", marks=pytest.mark.opencl)]
+TARGETS = ["cpu", pytest.param("opencl", marks=pytest.mark.opencl),
+           pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -233,6 +253,6 @@ def test_outputs_start_nan_between_canaries_and_buffers_are_freed(target):
         assert kernel.check_guards(bufs) == []
         kernel.release(bufs)
         kernel.release(bufs)  # a second release frees nothing twice
-    if target == "cpu" or rt.host_memory:  # each buffer is a mapping of its own
+    if target == "cpu" or getattr(rt, "host_memory", False):  # each buffer is a mapping of its own
         assert _mappings() == before
     kernel.close()
