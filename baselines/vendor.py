@@ -1,8 +1,9 @@
 """The vendor library on the same task and machine: PyTorch's conv2d/matmul (oneDNN/MKL on CPU
-with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA). ``VendorTimer`` is the one timer
-that the CLI, the leaderboard and the benchmarks interleave with tensorgym's kernels
-(``compare.remeasure``). Targets without a vendor library (OpenCL) and machines without PyTorch
-get a timer that is ``skipped``, with the reason.
+with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA, where a sample is a CUDA graph of
+the runs timed by CUDA events, like tensorgym's kernels: ``VendorTimer._replay`` says why).
+``VendorTimer`` is the one timer that the CLI, the leaderboard and the benchmarks interleave with
+tensorgym's kernels (``compare.remeasure``). Targets without a vendor library (OpenCL) and
+machines without PyTorch get a timer that is ``skipped``, with the reason.
 
 The allocator is warmed on purpose (``warm_allocator``): every call of the vendor op allocates
 its output (and oneDNN a blocked copy of it) and frees it again. In a fresh process glibc serves
@@ -74,9 +75,11 @@ class VendorTimer:
     says what was done."""
 
     def __init__(self, workload: Workload, target: str, threads: "int | None" = None,
-                 min_seconds: float = 0.01) -> None:
+                 min_seconds: float = 0.01, cuda_graph: bool = True) -> None:
         self.workload, self.target, self.min_seconds = workload, target, min_seconds
         self.library, self.skipped, self.number, self.allocator = "torch", "", 1, ""
+        self.cuda_graph = cuda_graph
+        self._graphs: dict[int, Any] = {}  # runs per replay -> the captured CUDA graph
         try:
             import torch
         except ImportError as e:
@@ -96,7 +99,8 @@ class VendorTimer:
         self.device = "cuda" if target == "cuda" else "cpu"
         self.threads = (threads or os.cpu_count() or 1) if self.device == "cpu" else 0
         self.library = (f"torch {torch.__version__} " +
-                        ("cuDNN/cuBLAS" if self.device == "cuda" else
+                        (f"cuDNN/cuBLAS{', CUDA graph' if cuda_graph else ''}"
+                         if self.device == "cuda" else
                          f"CPU (oneDNN/MKL), {self.threads} threads"))
         self._op = _op(workload)
         if self.device == "cpu":
@@ -111,8 +115,18 @@ class VendorTimer:
                 return
             # the fastest of a few runs: one run slowed by another process must not leave
             # ``number`` at 1 and every sample a single millisecond-long run
-            per_run = min(self._time(1) for _ in range(5))
-            self.number = max(1, min(1 << 20, math.ceil(min_seconds / max(per_run, 1e-9))))
+            try:
+                per_run = min(self._time(1) for _ in range(5))
+            except RuntimeError as e:  # a capture refused: said in every figure's label
+                if not (self.device == "cuda" and cuda_graph):
+                    raise
+                self.cuda_graph = False
+                self.library = self.library.replace(
+                    ", CUDA graph", f" (CUDA graph capture failed: {str(e)[:200]}; timed call "
+                    "by call, host time included)")
+                per_run = min(self._time(1) for _ in range(5))
+            cap = 1 << 12 if self.device == "cuda" and self.cuda_graph else 1 << 20  # graph nodes
+            self.number = max(1, min(cap, math.ceil(min_seconds / max(per_run, 1e-9))))
 
     @contextmanager
     def _settings(self) -> Iterator[None]:
@@ -141,12 +155,38 @@ class VendorTimer:
             torch.cuda.synchronize()
 
     def _time(self, number: int) -> float:
+        if self.device == "cuda" and self.cuda_graph:
+            return self._replay(number)
         self._sync()
         t0 = time.perf_counter()
         for _ in range(number):
             self._op(*self._args)
         self._sync()
         return (time.perf_counter() - t0) / number
+
+    def _replay(self, number: int) -> float:
+        """Seconds per run of ``number`` runs captured in one CUDA graph, timed by CUDA events:
+        the GPU's time alone, as tensorgym's kernels are timed (on an H200, calling C6's cuDNN
+        convolution from Python run by run added 2-6%: ``benchmarks/bench_vendor_cuda.py``)."""
+        import torch
+
+        graph = self._graphs.get(number)
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # capture needs the op warmed on a side stream
+                self._op(*self._args)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = self._graphs[number] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(number):
+                    self._op(*self._args)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / number
 
     def sample(self, n: int, max_n: int = 0, target_cv: float = 0.0) -> list[float]:
         """``n`` timed samples, seconds per run, and more up to ``max_n`` while their

@@ -76,3 +76,16 @@ def test_headline_env_steps_with_measured_rewards(runtime):
         assert all(math.isfinite(i["gflops"]) and i["gflops"] > 0 for i in infos)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_vendor_timer_times_cudnn_and_cublas_in_fp32(runtime, cuda_graph):
+    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.workloads import conv2d, matmul
+
+    for w in (conv2d(1, 32, 14, 14, 32, 3, 1, 1), matmul(256, 256, 256)):
+        timer = VendorTimer(w, "cuda", min_seconds=0.002, cuda_graph=cuda_graph)
+        assert not timer.skipped, timer.skipped
+        assert ("CUDA graph" in timer.library) == cuda_graph and timer.cuda_graph == cuda_graph
+        samples = timer.sample(3)
+        assert len(samples) == 3 and all(0 < s < float("inf") for s in samples)
