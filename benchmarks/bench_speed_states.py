@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_PROC_BIND", "true")  # as the measuring worker runs k
 
 from tensorgym.baselines.harness import runtime_options  # noqa: E402
 from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
-from tensorgym.hardware.drift import calibration_workload  # noqa: E402
+from tensorgym.hardware.drift import calibration_config, calibration_workload  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
 from tensorgym.hardware.worker import Reference, relative_error, tolerance  # noqa: E402
 from tensorgym.lower import lower  # noqa: E402
@@ -72,7 +72,7 @@ def main() -> None:
     cal = calibration_workload()
     timers = {"config": sampler(runtime, reference, w, config, s),
               "reference": sampler(runtime, reference, w, default_config(w, "cpu"), s),
-              "calibration": sampler(runtime, reference, cal, default_config(cal, "cpu"), s)}
+              "calibration": sampler(runtime, reference, cal, calibration_config(cal, "cpu"), s)}
     if not args.no_torch:  # in this process: its threads and the kernels' never overlap
         vendor = VendorTimer(w, "cpu", threads=args.threads, min_seconds=s)
         if vendor.skipped:

@@ -7,9 +7,12 @@ kernel's speed changed was timed on a moving machine: the measurer takes it agai
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..workloads import Workload, matmul
+
+if TYPE_CHECKING:
+    from ..space import Config
 
 #: a phase that starts this soon after the last one ended starts from that one's end calibration
 #: (a confirmation right after its batch): the machine had no time to move, and timing the
@@ -18,7 +21,19 @@ RECENT_S = 1.0
 
 
 def calibration_workload() -> Workload:
-    return matmul(128, 128, 128, name="calibration")
+    return matmul(256, 256, 256, name="calibration")
+
+
+def calibration_config(workload: Workload, target: str) -> "Config":
+    """The schedule the calibration kernel runs: on the CPU the template's first hand-derived
+    micro-kernel (``seed_configs``), which keeps every core's vector units busy over 768 KB, as
+    tuned kernels do. The reference schedule of a 128^3 matmul, used before, runs at a third of
+    their speed, mostly thread start-up, and on a Zen 3 VM it dipped by 15% in a 25-second stretch
+    where a tuned C6 kernel ran at 0.70x its speed; this one dipped by 27%, with it
+    (``benchmarks/bench_speed_states.py``). Other targets: the reference schedule."""
+    from ..templates.seeds import seed_configs  # noqa: PLC0415  (loads LLVM on the CPU)
+
+    return seed_configs(workload, target, max_seeds=2)[-1]
 
 
 class DriftMonitor:

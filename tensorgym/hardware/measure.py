@@ -36,7 +36,7 @@ from ..space import Config
 from ..workloads import Workload
 from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from .compile_cache import CompileCache, source_key
-from .drift import DriftMonitor, calibration_workload
+from .drift import DriftMonitor, calibration_config, calibration_workload
 from .host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
@@ -398,13 +398,29 @@ class Measurer:
             self._drift.phase_end(self._calibration_time())
         return out
 
+    def calibrations(self) -> int:
+        """How many calibration timings were taken so far (a mark for :meth:`slowdown`)."""
+        return len(self._drift.history)
+
+    def slowdown(self, since: int) -> Optional[float]:
+        """The calibration kernel's median time since mark ``since`` (:meth:`calibrations`)
+        over its usual time before it, the lower quartile: above 1, the machine runs slower now
+        than it usually did over this measurer's life. Not the median: most calibrations of a
+        tune follow a build phase and read ~15% slower than those of back-to-back timings (its
+        end-of-tune rounds read 0.68-0.99 of that median on a Zen 3 VM). None without a
+        calibration since and three before it."""
+        history = self._drift.history
+        before, after = history[:since], history[since:]
+        if len(before) < 3 or not after:
+            return None
+        return statistics.median(after) / statistics.quantiles(before, n=4)[0]
+
     def _calibration_time(self) -> Optional[float]:
         """Seconds per run of a fixed small kernel, or None where it cannot be timed."""
         if self._calibration is None:
             w = calibration_workload()
-            from ..templates import default_config
-
-            self._calibration = (w, self._build_all("build", [(w, default_config(w, self.target))])[0])
+            config = calibration_config(w, self.target)
+            self._calibration = (w, self._build_all("build", [(w, config)])[0])
         w, b = self._calibration
         if b.error != ErrorCode.NO_ERROR:
             return None
