@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -66,6 +67,8 @@ class Comparison:
     drift: dict[str, list[float]] = field(default_factory=dict)
     vendor_library: str = ""
     vendor_skipped: str = ""  # why the vendor library was not timed ("" if it was)
+    # the calibration kernel's slowdown (``Measurer.slowdown``) in each round set aside
+    slow_rounds: list[float] = field(default_factory=list)
 
     def costs(self, name: str) -> list[float]:
         """Every sample of ``name``, all rounds."""
@@ -101,7 +104,8 @@ class Comparison:
 def remeasure(workload: "Workload | str", target: str,
               configs: "Mapping[str, ConfigLike] | Sequence[ConfigLike]", rounds: int = 3,
               measurer: "Measurer | None" = None, vendor: bool = True, threads: int = 0,
-              options: "MeasureOptions | None" = None) -> Comparison:
+              options: "MeasureOptions | None" = None, slow: float = 0.2,
+              slow_retakes: int = 2, slow_wait: float = 2.0) -> Comparison:
     """Time every config and (``vendor``) the vendor op once per round, for ``rounds`` rounds;
     round ``r`` starts at item ``r % n`` of [configs..., vendor] and wraps around. Configs go
     through ``measurer`` (default: a new one for ``target`` with ``threads``), one config per
@@ -109,7 +113,13 @@ def remeasure(workload: "Workload | str", target: str,
     sampled by the same rule (``repeat`` samples of at least ``min_repeat_ms``, more up to
     ``max_repeat`` while their spread exceeds ``target_cv``), holding the device's timing lock,
     with the kernels' CPU thread count (``threads``, else the measurer's). A sequence of configs
-    is named "0", "1", ..."""
+    is named "0", "1", ...
+
+    A round during which the calibration kernel ran more than ``slow`` slower than it usually
+    did for the measurer (``Measurer.slowdown``: a tune's measurer brings the tune's history) is
+    set aside whole, vendor included, and taken again after ``slow_wait`` seconds, at most
+    ``slow_retakes`` times (``slow_rounds``): on a 2-core VM whole seconds run at two thirds of
+    the machine's speed, and a round caught in one would weigh on one side only."""
     w = get_workload(workload) if isinstance(workload, str) else workload
     kind = get_target(target)
     target = kind.kind
@@ -134,14 +144,23 @@ def remeasure(workload: "Workload | str", target: str,
             out.vendor_library, out.vendor_skipped = timer.library, timer.skipped
         items = list(todo) + ([VENDOR] if timer and not timer.skipped else [])
         with _options(m, opts):
-            for r in range(rounds if items else 0):
+            r = 0
+            while r < (rounds if items else 0):
                 k = r % len(items)
                 order = [n for n in items[k:] + items[:k] if n not in out.errors]
+                mark = m.calibrations() if hasattr(m, "calibrations") else None
+                taken = {name: _vendor(timer, lock, opts) if name == VENDOR else
+                         _config(m, w, todo[name], name, out) for name in order}
+                slowdown = m.slowdown(mark) if mark is not None else None
+                if slowdown is not None and slowdown > 1.0 + slow and \
+                        len(out.slow_rounds) < slow_retakes:
+                    out.slow_rounds.append(slowdown)
+                    time.sleep(slow_wait)
+                    continue
                 out.order.append(order)
                 for name in order:
-                    out.samples.setdefault(name, []).append(
-                        _vendor(timer, lock, opts) if name == VENDOR else
-                        _config(m, w, todo[name], name, out))
+                    out.samples.setdefault(name, []).append(taken[name])
+                r += 1
     finally:
         lock.close()
         if own:

@@ -298,6 +298,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "reconfirmed") else 0,
         # each set's figure, where there were several (the last one is best_gflops)
         "best_set_gflops": best.extra.get("set_gflops", []) if best is not None else [],
+        # sets set aside because the calibration kernel ran slow meanwhile (taken again)
+        "best_slow_retakes": best.extra.get("slow_retakes", 0) if best is not None else 0,
+        # per set: the calibration kernel's time then over its usual time through the tune
+        "best_set_slowdowns": best.extra.get("set_slowdowns", []) if best is not None else [],
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
     if speedups.get("figures"):  # re-measured after wall_time: the figures of the same rounds
@@ -331,6 +335,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                             "GFLOP/s), the machine's speed having moved"
                             + ("" if summary["best_set_gflops"][-1] == best.gflops
                                else ", and the median set reported"))
+            if summary["best_slow_retakes"]:
+                earlier += (f"; {summary['best_slow_retakes']} set(s) of rounds taken again, "
+                            "the machine having run slow meanwhile")
             print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
                   f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
             for line in speedups.get("lines", []):
@@ -382,7 +389,7 @@ def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
                "speedup_reference": ref, "vendor_library": c.vendor_library or None,
                "vendor_gflops": c.gflops("vendor") if vendor is not None else None,
                "speedup_vendor": vendor, "vendor_skipped": c.vendor_skipped or None,
-               "drift": moved}
+               "drift": moved, "slow_rounds": c.slow_rounds}
     lines = [f"re-measured best: {c.gflops('best'):.2f} GFLOP/s (spread {c.spread('best'):.0%})"]
     if ref is not None:
         lines.append(f"speedup over the starting (reference) schedule: {ref:.2f}x")
@@ -391,6 +398,9 @@ def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
                      f"({c.gflops('vendor'):.2f} GFLOP/s, spread {c.spread('vendor'):.0%})")
     elif c.vendor_skipped:
         lines.append(f"vendor library not measured: {c.vendor_skipped}")
+    if c.slow_rounds:
+        lines.append(f"{len(c.slow_rounds)} round(s) taken again: the machine ran slow meanwhile "
+                     f"(calibration kernel at up to x{max(c.slow_rounds):.2f} its usual time)")
     if moved:
         lines.append(f"warning: this machine's speed moved while re-measuring (x{min(moved):.2g}"
                      f"..x{max(moved):.2g}); these ratios are unreliable")

@@ -96,11 +96,13 @@ def test_tune_human_output(capsys, tmp_path):
     assert code == 0 and "best:" in out and "GFLOP/s" in out and "config:" in out
 
 
-@pytest.mark.parametrize("factors, median", [((2, 1), False), ((2, 1, 0.5), True)])
+@pytest.mark.parametrize("factors, median, retakes",
+                         [((2, 1), False, 0), ((2, 1, 0.5), True, 1)])
 def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, monkeypatch,
-                                                           factors, median):
+                                                           factors, median, retakes):
     """A best whose end-of-tune rounds were taken again (``reconfirm``'s ``sets``) says so, and
-    that the median set was reported where the sets never settled."""
+    that the median set was reported where the sets never settled, and how many sets were set
+    aside because the machine ran slow."""
     from dataclasses import replace
 
     from tensorgym.envs.tensor_sched import TensorSchedEnv
@@ -110,7 +112,8 @@ def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, mon
     def again(self, *a, **kw):
         best = reconfirm(self, *a, **kw)
         self.best = replace(best, extra={**best.extra, "sets": len(factors),
-                                         "set_gflops": [f * best.gflops for f in factors]})
+                                         "set_gflops": [f * best.gflops for f in factors],
+                                         **({"slow_retakes": retakes} if retakes else {})})
         return self.best
 
     monkeypatch.setattr(TensorSchedEnv, "reconfirm", again)
@@ -118,9 +121,11 @@ def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, mon
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "a.db"))
     assert code == 0 and f"timed in {len(factors)} sets of rounds (" in out and ", then " in out
     assert ("the median set reported" in out) == median
+    assert ("set(s) of rounds taken again, the machine having run slow" in out) == bool(retakes)
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "b.db"), "--json")
     summary = json.loads(out)
     assert code == 0 and summary["best_sets"] == len(factors)
+    assert summary["best_slow_retakes"] == retakes
     assert summary["best_set_gflops"] == pytest.approx(
         [f * summary["best_gflops"] for f in factors])
 

@@ -82,6 +82,29 @@ def test_rounds_rotate_and_the_order_is_recorded(scripted):
     assert c.names == ["a", "b"] and c.vendor_library == "fake blas"
 
 
+@pytest.mark.parametrize("slowdowns, kept_from, slow_rounds", [
+    ([None] * 3, 0, []),  # nothing to judge by: every round is kept
+    ([1.1, 1.0, 1.15], 0, []),  # within 20%
+    ([1.5, 1.0, 1.0, 1.0], 1, [1.5]),  # a slow round is set aside whole, vendor included
+    ([1.5, 1.6, 1.7, 1.0, 1.0], 2, [1.5, 1.6]),  # at most two re-takes: then kept
+])
+def test_a_round_timed_while_the_machine_ran_slow_is_taken_again(scripted, monkeypatch,
+                                                                 slowdowns, kept_from,
+                                                                 slow_rounds):
+    m, log = scripted({0: [[float(i)] for i in range(6)]}, [[10.0 + i] for i in range(6)])
+    marks, waits = [], []
+    m.calibrations = lambda: len(marks)
+    m.slowdown = lambda mark: marks.append(mark) or slowdowns[len(marks) - 1]
+    monkeypatch.setattr(compare.time, "sleep", waits.append)
+    c = compare.remeasure(W, "cpu", {"a": A}, rounds=3, measurer=m, slow=0.2, slow_retakes=2,
+                          slow_wait=2.0)
+    assert c.slow_rounds == slow_rounds and waits == [2.0] * len(slow_rounds)
+    # rounds set aside leave no sample on either side
+    assert c.samples["a"] == [[float(i)] for i in range(kept_from, kept_from + 3)]
+    assert c.samples[VENDOR] == [[10.0 + i] for i in range(kept_from, kept_from + 3)]
+    assert len(c.order) == 3
+
+
 def test_medians_ratios_and_spread_come_from_the_samples(scripted):
     m, _ = scripted({0: [[1.0, 3.0], [2.0], ([9.0, 8.0], 1.5)], 1: [[4.0]] * 3},
                     [[8.0, 8.0], [6.0], [10.0]])

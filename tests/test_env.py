@@ -243,3 +243,59 @@ def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monk
         assert "set_gflops" not in best.extra
     assert len(best.costs) == 2 * k  # the reported set's samples only
     env.close()
+
+
+@pytest.mark.parametrize("calibration, set_slowdowns, retakes, sets, reported", [
+    ((None,), (1.0,), 0, 1, 1.0),  # no calibration to judge by: the set stands
+    ((1.1,), (1.02,), 0, 1, 1.02),  # within ``slow``: kept
+    ((1.6, 1.0), (1.8, 1.01), 1, 1, 1.01),  # a slow moment: set aside, taken again after a wait
+    # slow for good: the third set is kept after two re-takes, and the next one agrees with it
+    ((1.6,), (1.8,), 2, 2, 1.8),
+])
+def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
+        measurer, monkeypatch, calibration, set_slowdowns, retakes, sets, reported):
+    from tensorgym.envs import tensor_sched
+
+    env = make(measurer)
+    u = env.unwrapped
+    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 3))
+    top = max((r for r in results if r.ok), key=lambda r: r.gflops)
+    k, calls, waits = u.measurer.options.confirm_repeat, [], []
+
+    def confirm(w, r):  # the first confirmation, then one set of 2 rounds per slowdown
+        n = len(calls)
+        calls.append(r)
+        slow = set_slowdowns[min((n - 1) // 2, len(set_slowdowns) - 1)] if n else 1.0
+        return dataclasses.replace(r, costs=(top.median * slow,) * k,
+                                   extra={**r.extra, "confirmed": True})
+
+    def slowdown(mark):  # the calibration's slowdown during the set just taken
+        taken = (len(calls) - 1) // 2
+        return calibration[min(taken - 1, len(calibration) - 1)]
+
+    monkeypatch.setattr(u.measurer, "confirm", confirm)
+    monkeypatch.setattr(u.measurer, "slowdown", slowdown)
+    monkeypatch.setattr(tensor_sched.time, "sleep", waits.append)
+    best = u.reconfirm([top], top=1, rounds=2, max_sets=3, slow=0.25, slow_retakes=2,
+                       slow_wait=2.0)
+    assert waits == [2.0] * retakes and best.extra.get("slow_retakes", 0) == retakes
+    assert len(calls) == 1 + 2 * (retakes + sets)
+    assert best.gflops == pytest.approx(top.gflops / reported)
+    assert best.extra.get("sets", 1) == sets  # a set set aside is not one of the sets
+    env.close()
+
+
+def test_measurer_slowdown_compares_calibrations_since_a_mark_with_those_before():
+    m = Measurer("cpu", MeasureOptions())
+    try:
+        assert m.slowdown(m.calibrations()) is None
+        for seconds in (1.0, 1.1, 0.9, 1.0, 1.3):
+            m._drift.phase_end(seconds)
+        mark = m.calibrations()
+        assert m.slowdown(mark) is None  # nothing since
+        m._drift.phase_end(1.5)
+        m._drift.phase_end(1.7)
+        # over the lower quartile of those before (0.95), not their median
+        assert m.slowdown(mark) == pytest.approx(1.6 / 0.95)
+    finally:
+        m.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
@@ -310,7 +311,8 @@ class TensorSchedEnv(gym.Env):
         return self._measure_valid(configs)
 
     def reconfirm(self, results: Sequence[MeasureResult], top: int = 3, rounds: int = 3,
-                  tolerance: float = 0.05, max_sets: int = 3) -> Optional[MeasureResult]:
+                  tolerance: float = 0.05, max_sets: int = 3, slow: float = 0.2,
+                  slow_retakes: int = 2, slow_wait: float = 2.0) -> Optional[MeasureResult]:
         """The best of ``results`` as this machine runs it now: the ``top`` fastest distinct
         configs timed again, one confirmation each (``Measurer.confirm``), and the fastest of
         those timed ``rounds`` times more, each a confirmation of its own, its samples all
@@ -331,7 +333,15 @@ class TensorSchedEnv(gym.Env):
         moment of the machine at two thirds of its speed (seen on a Zen 3 VM: 136, 125, then
         75 GFLOP/s, then 121 re-measured right after). ``extra["sets"]`` says how many were taken
         and ``extra["set_gflops"]`` each one's figure (a kernel whose speed steps between two
-        levels shows both). Not trials, nor records; the time goes to the meter.
+        levels shows both). Sets that agree with each other can still all fall in one slow
+        moment (seen on that VM: 75, 70, 64, then 156 re-measured seconds later), since the
+        measurer's drift check compares the calibration kernel within a phase only. So a set
+        during which the calibration kernel ran more than ``slow`` slower than it usually did
+        over the tune (``Measurer.slowdown``) is set aside, and taken again after
+        ``slow_wait`` seconds, up to ``slow_retakes`` times (then kept: the machine may have
+        slowed for good); ``extra["slow_retakes"]`` counts them, and ``extra["set_slowdowns"]``
+        holds each set's slowdown (None where it could not be judged), set-aside ones included.
+        Not trials, nor records; the time goes to the meter.
         In replay mode (nothing to time) or when every re-timing fails: the fastest as it is."""
         ranked: dict[int, MeasureResult] = {}
         for r in sorted((r for r in results if r.ok), key=lambda r: -r.gflops):
@@ -346,11 +356,18 @@ class TensorSchedEnv(gym.Env):
         if again:  # the chosen one's own timing, not the luckiest of several
             chosen = max(again, key=lambda r: r.gflops)
             sets: list[MeasureResult] = []
-            settled = False
+            settled, retakes, slowdowns = False, 0, []
             while len(sets) < max(1, max_sets) and not settled:
+                mark = self.measurer.calibrations()
                 final = self._rounds(chosen, max(1, rounds))
                 if final is None:
                     break
+                slowdown = self.measurer.slowdown(mark)
+                slowdowns.append(slowdown)
+                if slowdown is not None and slowdown > 1.0 + slow and retakes < slow_retakes:
+                    retakes += 1
+                    time.sleep(slow_wait)
+                    continue
                 sets.append(final)
                 marks = [ranked[chosen.config.index].gflops] + [r.gflops for r in sets[-2:-1]]
                 settled = any(abs(final.gflops / m - 1.0) <= tolerance for m in marks if m > 0)
@@ -358,7 +375,9 @@ class TensorSchedEnv(gym.Env):
                 pick = sets[-1] if settled else sorted(sets, key=lambda r: r.gflops)[
                     (len(sets) - 1) // 2]
                 extra = {**pick.extra, **({"sets": len(sets), "set_gflops": [
-                    r.gflops for r in sets]} if len(sets) > 1 else {})}
+                    r.gflops for r in sets]} if len(sets) > 1 else {}),
+                    **({"slow_retakes": retakes} if retakes else {}),
+                    "set_slowdowns": slowdowns}
                 again = [replace(pick, extra=extra)]
         self._charge(before, [])
         if not again:
