@@ -16,7 +16,8 @@ user runs, and write one JSON file of results:
 
 ``--target opencl`` runs the same on an OpenCL device (PoCL on the CPU: no vendor library).
 Without a device it stops at once with the runtime's "no ... device" error (exit code 2). Exit
-code 1 when a checked kernel was wrong or a phase failed.
+code 1 when a checked kernel was wrong or failed otherwise than by its build's timeout, when a
+GPU feature went unused, or when a phase failed.
 """
 from __future__ import annotations
 
@@ -135,7 +136,9 @@ def correctness(target: str, args, out: dict) -> bool:
                          "wrong": len(wrong), "codes": dict(codes), "failed": failed,
                          "best_gflops": max((r.gflops for r in results), default=0.0),
                          "seconds": round(time.perf_counter() - t0, 1)})
-            ok &= not wrong and codes["NO_ERROR"] == len(configs) and len(configs) == n
+            # a build over build_timeout is a documented failure; any other is not expected
+            unexpected = set(codes) - {"NO_ERROR", "BUILD_TIMEOUT"}
+            ok &= not wrong and not unexpected and len(configs) == n
     finally:
         measurer.close()
     out["correctness"] = rows
