@@ -21,19 +21,19 @@ RECENT_S = 1.0
 
 
 def calibration_workload() -> Workload:
-    return matmul(256, 256, 256, name="calibration")
+    return matmul(128, 128, 128, name="calibration")
 
 
 def calibration_config(workload: Workload, target: str) -> "Config":
-    """The schedule the calibration kernel runs: on the CPU the template's first hand-derived
-    micro-kernel (``seed_configs``), which keeps every core's vector units busy over 768 KB, as
-    tuned kernels do. The reference schedule of a 128^3 matmul, used before, runs at a third of
-    their speed, mostly thread start-up, and on a Zen 3 VM it dipped by 15% in a 25-second stretch
-    where a tuned C6 kernel ran at 0.70x its speed; this one dipped by 27%, with it
-    (``benchmarks/bench_speed_states.py``). Other targets: the reference schedule."""
-    from ..templates.seeds import seed_configs  # noqa: PLC0415  (loads LLVM on the CPU)
+    """The schedule the calibration kernel runs: the reference schedule. A fast one (a 256^3
+    matmul's first micro-kernel seed) dipped with tuned kernels in a Zen 3 VM's slow moments
+    (0.73x beside a tuned C6 kernel's 0.70x, where this one read 0.85x), but on that VM it also
+    read slow at the start of most phases that follow a build (a vCPU waking from idle): 10-12
+    phases of a 96-trial C6 tune counted as drifting and were timed again, against 2-4, and a
+    256-trial tune cost 0.194 s per trial instead of 0.142 (``bench_trial_cost.py``)."""
+    from ..templates import default_config  # noqa: PLC0415
 
-    return seed_configs(workload, target, max_seeds=2)[-1]
+    return default_config(workload, target)
 
 
 class DriftMonitor:
