@@ -148,10 +148,10 @@ def remeasure(workload: "Workload | str", target: str,
             while r < (rounds if items else 0):
                 k = r % len(items)
                 order = [n for n in items[k:] + items[:k] if n not in out.errors]
-                mark = m.calibrations() if hasattr(m, "calibrations") else None
+                mark = m.calibrations()
                 taken = {name: _vendor(timer, lock, opts) if name == VENDOR else
                          _config(m, w, todo[name], name, out) for name in order}
-                slowdown = m.slowdown(mark) if mark is not None else None
+                slowdown = m.slowdown(mark)
                 if slowdown is not None and slowdown > 1.0 + slow and \
                         len(out.slow_rounds) < slow_retakes:
                     out.slow_rounds.append(slowdown)

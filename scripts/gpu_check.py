@@ -26,7 +26,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import numpy as np
 from tensorgym.errors import ErrorCode, TargetUnavailableError
 from tensorgym.hardware.measure import MeasureOptions, Measurer
 from tensorgym.lower.gpu import lower_gpu
+from tensorgym.records import Records
 from tensorgym.templates.gpu import gpu_plan, sample_valid_configs
 from tensorgym.workloads import get_workload
 
@@ -159,10 +159,12 @@ def tune(target: str, workload: str, args, db: Path) -> dict:
         row["stderr"] = proc.stderr[-3000:]
         return row
     summary = json.loads(proc.stdout)
-    with sqlite3.connect(db) as con:
-        codes = con.execute("SELECT error, COUNT(*) FROM records WHERE target = ? AND "
-                            "workload_key = ? GROUP BY error", (target, summary["workload"]))
-        row["codes"] = {ErrorCode(e).name: n for e, n in codes}
+    records = Records(db)
+    try:
+        row["codes"] = dict(Counter(r.error.name for r in records.query(summary["workload"],
+                                                                         target)))
+    finally:
+        records.close()
     compare = summary.get("compare") or {}
     row.update(trials=summary["trials"], failures=summary["failures"],
                wall_time=summary["wall_time"], s_per_trial=summary["wall_time"] / summary["trials"],
