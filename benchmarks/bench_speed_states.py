@@ -51,6 +51,23 @@ def sampler(runtime, reference: Reference, workload, config, sample_s: float):
     return lambda: workload.flops / kernel.time(bufs, number) / 1e9
 
 
+def cpu_ticks() -> "tuple[int, int] | None":
+    """(steal, all) clock ticks of every CPU so far from /proc/stat (Linux), or None: steal is
+    time a hypervisor ran something else while this VM's vCPUs wanted to run."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(a: "tuple[int, int] | None", b: "tuple[int, int] | None") -> float:
+    """The share of CPU time stolen between two ``cpu_ticks`` readings (NaN where unknown)."""
+    if a is None or b is None or b[1] <= a[1]:
+        return float("nan")
+    return (b[0] - a[0]) / (b[1] - a[1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workload")
@@ -83,21 +100,27 @@ def main() -> None:
     rows: list[list[float]] = []
     start = last = time.perf_counter()
     marks = [0]  # the first row of each window
-    print(f"{w.label}, {args.threads} threads; GFLOP/s, median per {args.window:g} s window")
-    print("   s | " + " | ".join(f"{n:>11}" for n in names))
+    steals: list[float] = []  # per window
+    ticks = cpu_ticks()
+    print(f"{w.label}, {args.threads} threads; GFLOP/s, median per {args.window:g} s window; "
+          "steal: % of CPU time the hypervisor gave to others")
+    print("   s | " + " | ".join(f"{n:>11}" for n in names) + " | steal %")
     while (now := time.perf_counter()) - start < args.seconds:
         rows.append([timers[n]() for n in names])
         if now - last >= args.window:
             window = np.array(rows[marks[-1]:])
+            steals.append(100 * steal_share(ticks, ticks := cpu_ticks()))
             print(f"{now - start:4.0f} | " + " | ".join(
-                f"{statistics.median(window[:, j]):11.1f}" for j in range(len(names))), flush=True)
+                f"{statistics.median(window[:, j]):11.1f}" for j in range(len(names)))
+                + f" | {steals[-1]:7.1f}", flush=True)
             last = now
             marks.append(len(rows))
-    summary(np.array(rows), names, marks)
+    summary(np.array(rows), names, marks, np.array(steals))
 
 
-def summary(a: np.ndarray, names: list[str], marks: list[int]) -> None:
-    """Each timer's lowest and highest window median, and how its windows follow the config's."""
+def summary(a: np.ndarray, names: list[str], marks: list[int], steals: np.ndarray) -> None:
+    """Each timer's lowest and highest window median, how its windows follow the config's, and
+    how the config's windows follow the steal time."""
     med = np.array([np.median(a[i:j], axis=0) for i, j in zip(marks, marks[1:]) if j > i])
     if not len(med):  # shorter than one window
         med = np.median(a, axis=0)[None]
@@ -107,6 +130,10 @@ def summary(a: np.ndarray, names: list[str], marks: list[int]) -> None:
         corr = np.corrcoef(med[:, 0], med[:, j])[0, 1] if len(med) > 2 else float("nan")
         print(f"{n:>11}: {med[:, j].min():7.1f} / {med[:, j].max():7.1f} "
               f"({med[:, j].max() / med[:, j].min():.2f}x)  correlation {corr:.2f}")
+    n = min(len(med), len(steals))
+    if n > 2 and np.isfinite(steals[:n]).all() and np.ptp(steals[:n]) > 0:
+        print(f"steal %: {steals.min():.1f} / {steals.max():.1f}; correlation of the config's "
+              f"window medians with it {np.corrcoef(med[:n, 0], steals[:n])[0, 1]:.2f}")
 
 
 if __name__ == "__main__":
