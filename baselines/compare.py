@@ -67,7 +67,7 @@ class Comparison:
     drift: dict[str, list[float]] = field(default_factory=dict)
     vendor_library: str = ""
     vendor_skipped: str = ""  # why the vendor library was not timed ("" if it was)
-    # the speed probe's slowdown (``Measurer.slowdown``) after each round set aside
+    # the calibration kernel's slowdown (``Measurer.slowdown``) in each round set aside
     slow_rounds: list[float] = field(default_factory=list)
 
     def costs(self, name: str) -> list[float]:
@@ -115,9 +115,9 @@ def remeasure(workload: "Workload | str", target: str,
     with the kernels' CPU thread count (``threads``, else the measurer's). A sequence of configs
     is named "0", "1", ...
 
-    A round after which the speed probe ran more than ``slow`` slower than it usually does on
-    this device (``Measurer.slowdown``) is set aside whole, vendor included, and taken again
-    after ``slow_wait`` seconds, at most
+    A round during which the calibration kernel ran more than ``slow`` slower than it usually
+    did for the measurer (``Measurer.slowdown``: a tune's measurer brings the tune's history) is
+    set aside whole, vendor included, and taken again after ``slow_wait`` seconds, at most
     ``slow_retakes`` times (``slow_rounds``): on a 2-core VM whole seconds run at two thirds of
     the machine's speed, and a round caught in one would weigh on one side only."""
     w = get_workload(workload) if isinstance(workload, str) else workload
@@ -148,9 +148,10 @@ def remeasure(workload: "Workload | str", target: str,
             while r < (rounds if items else 0):
                 k = r % len(items)
                 order = [n for n in items[k:] + items[:k] if n not in out.errors]
+                mark = m.calibrations()
                 taken = {name: _vendor(timer, lock, opts) if name == VENDOR else
                          _config(m, w, todo[name], name, out) for name in order}
-                slowdown = m.slowdown()
+                slowdown = m.slowdown(mark)
                 if slowdown is not None and slowdown > 1.0 + slow and \
                         len(out.slow_rounds) < slow_retakes:
                     out.slow_rounds.append(slowdown)

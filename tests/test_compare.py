@@ -32,7 +32,10 @@ class ScriptedMeasurer:
         self.options, self.runtime_kwargs, self.device = MeasureOptions(), {}, "cpu/test/1t"
         self.seen_options = []
 
-    def slowdown(self) -> None:  # no speed probe: never judged slow
+    def calibrations(self) -> int:  # no calibration kernel: never judged slow
+        return 0
+
+    def slowdown(self, since: int) -> None:
         return None
 
     def measure(self, workload, configs, stop_slower_than=0.0):
@@ -95,8 +98,9 @@ def test_a_round_timed_while_the_machine_ran_slow_is_taken_again(scripted, monke
                                                                  slowdowns, kept_from,
                                                                  slow_rounds):
     m, log = scripted({0: [[float(i)] for i in range(6)]}, [[10.0 + i] for i in range(6)])
-    calls, waits = [], []
-    m.slowdown = lambda: calls.append(1) or slowdowns[len(calls) - 1]
+    marks, waits = [], []
+    m.calibrations = lambda: len(marks)
+    m.slowdown = lambda mark: marks.append(mark) or slowdowns[len(marks) - 1]
     monkeypatch.setattr(compare.time, "sleep", waits.append)
     c = compare.remeasure(W, "cpu", {"a": A}, rounds=3, measurer=m, slow=0.2, slow_retakes=2,
                           slow_wait=2.0)

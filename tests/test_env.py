@@ -11,7 +11,6 @@ from gymnasium.utils.env_checker import check_env
 import tensorgym
 from tensorgym.envs import env_ids
 from tensorgym.errors import InvalidConfigError, TargetUnavailableError, TensorGymError
-from tensorgym.hardware.drift import SpeedLog
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.workloads import conv2d, matmul
 
@@ -232,8 +231,7 @@ def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monk
                                    extra={**r.extra, "confirmed": True})
 
     monkeypatch.setattr(u.measurer, "confirm", confirm)
-    best = u.reconfirm([top], top=1, rounds=2, tolerance=0.05, max_sets=3,
-                       slow_retakes=0)  # the real probe may find this machine slow: not here
+    best = u.reconfirm([top], top=1, rounds=2, tolerance=0.05, max_sets=3)
     assert len(calls) == 1 + 2 * sets
     assert best.config.index == top.config.index and best.extra["reconfirmed"]
     assert best.extra.get("sets", 1) == sets and best.extra["rounds"] == 2
@@ -247,15 +245,15 @@ def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monk
     env.close()
 
 
-@pytest.mark.parametrize("probe, set_slowdowns, retakes, sets, reported", [
-    ((None,), (1.0,), 0, 1, 1.0),  # no probe reading to judge by: the set stands
+@pytest.mark.parametrize("calibration, set_slowdowns, retakes, sets, reported", [
+    ((None,), (1.0,), 0, 1, 1.0),  # no calibration to judge by: the set stands
     ((1.1,), (1.02,), 0, 1, 1.02),  # within ``slow``: kept
     ((1.6, 1.0), (1.8, 1.01), 1, 1, 1.01),  # a slow moment: set aside, taken again after a wait
     # slow for good: the third set is kept after two re-takes, and the next one agrees with it
     ((1.6,), (1.8,), 2, 2, 1.8),
 ])
 def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
-        measurer, monkeypatch, probe, set_slowdowns, retakes, sets, reported):
+        measurer, monkeypatch, calibration, set_slowdowns, retakes, sets, reported):
     from tensorgym.envs import tensor_sched
 
     env = make(measurer)
@@ -271,9 +269,9 @@ def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
         return dataclasses.replace(r, costs=(top.median * slow,) * k,
                                    extra={**r.extra, "confirmed": True})
 
-    def slowdown():  # the speed probe's slowdown right after the set just taken
+    def slowdown(mark):  # the calibration's slowdown during the set just taken
         taken = (len(calls) - 1) // 2
-        return probe[min(taken - 1, len(probe) - 1)]
+        return calibration[min(taken - 1, len(calibration) - 1)]
 
     monkeypatch.setattr(u.measurer, "confirm", confirm)
     monkeypatch.setattr(u.measurer, "slowdown", slowdown)
@@ -287,35 +285,17 @@ def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
     env.close()
 
 
-def test_measurer_slowdown_times_the_probe_against_the_devices_usual_time(tmp_path):
+def test_measurer_slowdown_compares_calibrations_since_a_mark_with_those_before():
     m = Measurer("cpu", MeasureOptions())
     try:
-        m.speed_log = SpeedLog(m.device, tmp_path)
-        first = m.slowdown()  # a new device: its first usual is taken now, from 5 readings
-        assert first is not None and 0.2 < first < 5.0
-        assert len(m.speed_log.readings()) == 5
-        usual = m.speed_log.usual()
-        # the probe is a real kernel of the measurer's: a log that says it usually ran 3x
-        # faster makes now read 3x slower (against the median of the log, this reading joins)
-        log = SpeedLog(m.device, tmp_path / "other")
-        for _ in range(9):
-            log.add(usual / 3)
-        m.speed_log = log
-        assert m.slowdown() > 1.5 and len(log.readings()) == 10
+        assert m.slowdown(m.calibrations()) is None
+        for seconds in (1.0, 1.1, 0.9, 1.0, 1.3):
+            m._drift.phase_end(seconds)
+        mark = m.calibrations()
+        assert m.slowdown(mark) is None  # nothing since
+        m._drift.phase_end(1.5)
+        m._drift.phase_end(1.7)
+        # over the lower quartile of those before (0.95), not their median
+        assert m.slowdown(mark) == pytest.approx(1.6 / 0.95)
     finally:
         m.close()
-
-
-def test_speed_log_keeps_a_devices_readings_across_instances(tmp_path):
-    log = SpeedLog("cpu/x/1t", tmp_path, keep=4)
-    assert log.usual() is None and log.readings() == []
-    for s in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
-        log.add(s)
-    again = SpeedLog("cpu/x/1t", tmp_path, keep=4)
-    assert again.readings() == [3.0, 4.0, 5.0, 6.0]  # the newest ``keep``
-    assert again.usual(least=4) == 4.5 and again.usual() is None  # fewer than 5
-    assert SpeedLog("cpu/y/1t", tmp_path).readings() == []  # another device, another file
-    log.path.write_text("{not json")
-    assert log.readings() == [] and log.usual() is None  # unreadable: starts afresh
-    log.add(1.0)
-    assert log.readings() == [1.0]

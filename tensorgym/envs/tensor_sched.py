@@ -336,8 +336,8 @@ class TensorSchedEnv(gym.Env):
         levels shows both). Sets that agree with each other can still all fall in one slow
         moment (seen on that VM: 75, 70, 64, then 156 re-measured seconds later), since the
         measurer's drift check compares the calibration kernel within a phase only. So a set
-        after which the speed probe ran more than ``slow`` slower than it usually does on this
-        device (``Measurer.slowdown``) is set aside, and taken again after
+        during which the calibration kernel ran more than ``slow`` slower than it usually did
+        over the tune (``Measurer.slowdown``) is set aside, and taken again after
         ``slow_wait`` seconds, up to ``slow_retakes`` times (then kept: the machine may have
         slowed for good); ``extra["slow_retakes"]`` counts them, and ``extra["set_slowdowns"]``
         holds each set's slowdown (None where it could not be judged), set-aside ones included.
@@ -358,10 +358,11 @@ class TensorSchedEnv(gym.Env):
             sets: list[MeasureResult] = []
             settled, retakes, slowdowns = False, 0, []
             while len(sets) < max(1, max_sets) and not settled:
+                mark = self.measurer.calibrations()
                 final = self._rounds(chosen, max(1, rounds))
                 if final is None:
                     break
-                slowdown = self.measurer.slowdown()
+                slowdown = self.measurer.slowdown(mark)
                 slowdowns.append(slowdown)
                 if slowdown is not None and slowdown > 1.0 + slow and retakes < slow_retakes:
                     retakes += 1

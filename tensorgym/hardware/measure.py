@@ -36,8 +36,7 @@ from ..space import Config
 from ..workloads import Workload
 from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from .compile_cache import CompileCache, source_key
-from .drift import (PROBE_WARM_MS, DriftMonitor, SpeedLog, calibration_config,
-                    calibration_workload, probe_config, probe_workload)
+from .drift import DriftMonitor, calibration_config, calibration_workload
 from .host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
@@ -70,7 +69,6 @@ class MeasureOptions:
     early_stop: float = 0.0  # ratio; also stop once slower than this x the batch's fastest (0: off)
     confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
     confirm_min_repeat_ms: float = 10.0  # and their least length
-    warm_up_ms: float = 0.0  # run a kernel untimed this long before its samples (speed probe)
     calibrate: bool = True  # time a calibration kernel around each timing phase (drift)
     drift_tolerance: float = 0.2  # a larger change of its speed re-takes the phase
 
@@ -217,8 +215,7 @@ class Measurer:
         self._timer_lock = DeviceLock(self.target_info.timer_key(runtime_kwargs))
         self._device: "str | None" = None
         self._drift = DriftMonitor()
-        self._fixed: dict[str, tuple[Workload, BuildResult]] = {}  # calibration kernel, probe
-        self.speed_log: Optional[SpeedLog] = None  # the device's (``slowdown``), once needed
+        self._calibration: Optional[tuple[Workload, BuildResult]] = None
         self.seconds = {"build": 0.0, "run": 0.0}  # wall time in build and timing phases
         self._clocks: list[float] = []
 
@@ -367,7 +364,7 @@ class Measurer:
         if not (before and after):
             return 1.0
         if abs(after / before - 1.0) > opts.drift_tolerance:
-            again = self._fixed_time("calibration")
+            again = self._calibration_time()
             if again:
                 self._drift.phase_end(again)  # also the start of a phase that follows at once
                 after = again
@@ -378,8 +375,8 @@ class Measurer:
         calibrating = opts.calibrate and any(b.error == ErrorCode.NO_ERROR for b in builds)
         if calibrating:
             recent = self._drift.recent()
-            self._drift.phase_start(recent if recent is not None else
-                                    self._fixed_time("calibration"), timed=recent is None)
+            self._drift.phase_start(recent if recent is not None else self._calibration_time(),
+                                    timed=recent is None)
         out: list[MeasureResult] = []
         timed: dict[str, MeasureResult] = {}
         fastest = math.inf  # median of the fastest kernel timed in full so far
@@ -398,47 +395,38 @@ class Measurer:
             if b.key:
                 timed[b.key] = r
         if calibrating:
-            self._drift.phase_end(self._fixed_time("calibration"))
+            self._drift.phase_end(self._calibration_time())
         return out
 
-    def slowdown(self) -> Optional[float]:
-        """How much slower the machine runs now than it usually does, above 1 slower: the speed
-        probe (``drift.probe_config``, a kernel that slows with tuned ones where the calibration
-        kernel hardly does) timed now, after ``PROBE_WARM_MS`` of running untimed, over its
-        usual time on this device (``SpeedLog``, the median across runs, which this reading
-        joins). On a device with fewer than 5 readings, 4 more are taken now. None where the
-        probe cannot be timed, and on a Ray cluster (its devices keep no log here)."""
-        if self._ray is not None:
-            return None
-        now = self._fixed_time("probe", PROBE_WARM_MS)
-        if now is None:
-            return None
-        if self.speed_log is None:
-            self.speed_log = SpeedLog(self.device)
-        usual = self.speed_log.usual()
-        if usual is None:  # a new device (or cache dir): its first usual is of now
-            more = [t for t in (self._fixed_time("probe", PROBE_WARM_MS) for _ in range(4)) if t]
-            for t in more:
-                self.speed_log.add(t)
-            usual = statistics.median([now, *more])
-        self.speed_log.add(now)
-        return now / usual
+    def calibrations(self) -> int:
+        """How many calibration timings were taken so far (a mark for :meth:`slowdown`)."""
+        return len(self._drift.history)
 
-    def _fixed_time(self, which: str, warm_up_ms: float = 0.0) -> Optional[float]:
-        """Seconds per run of the calibration kernel or the speed probe (``which``), the median
-        of 3 samples; None where it cannot be timed."""
-        if which not in self._fixed:
-            w = calibration_workload() if which == "calibration" else probe_workload()
-            config = (calibration_config if which == "calibration" else probe_config)(
-                w, self.target)
-            self._fixed[which] = (w, self._build_all("build", [(w, config)])[0])
-        w, b = self._fixed[which]
+    def slowdown(self, since: int) -> Optional[float]:
+        """The calibration kernel's median time since mark ``since`` (:meth:`calibrations`)
+        over its usual time before it, the lower quartile: above 1, the machine runs slower now
+        than it usually did over this measurer's life. Not the median: most calibrations of a
+        tune follow a build phase and read ~15% slower than those of back-to-back timings (its
+        end-of-tune rounds read 0.68-0.99 of that median on a Zen 3 VM). None without a
+        calibration since and three before it."""
+        history = self._drift.history
+        before, after = history[:since], history[since:]
+        if len(before) < 3 or not after:
+            return None
+        return statistics.median(after) / statistics.quantiles(before, n=4)[0]
+
+    def _calibration_time(self) -> Optional[float]:
+        """Seconds per run of a fixed small kernel, or None where it cannot be timed."""
+        if self._calibration is None:
+            w = calibration_workload()
+            config = calibration_config(w, self.target)
+            self._calibration = (w, self._build_all("build", [(w, config)])[0])
+        w, b = self._calibration
         if b.error != ErrorCode.NO_ERROR:
             return None
         opts = replace(self.options, repeat=3, max_repeat=3, min_repeat_ms=2.0,
-                       warm_up_ms=warm_up_ms, stop_slower_than=0.0, early_stop=0.0)
-        with self._clock("run"):
-            r, _ = self._time(w, b, opts)
+                       stop_slower_than=0.0, early_stop=0.0)
+        r, _ = self._time(w, b, opts)
         return statistics.median(r.costs) if r.ok else None
 
     def _run(self, workload: Workload, config: Config, b: BuildResult,

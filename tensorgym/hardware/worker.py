@@ -152,11 +152,7 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
                              early_stop=True)
         if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
             return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0)
-        per_run = first
-        if opts.warm_up_ms:  # busy first: a core just woken from idle runs slow for a while
-            n = max(1, math.ceil(opts.warm_up_ms / 1e3 / max(first, 1e-7)))
-            per_run = kernel.time(bufs, n)
-        number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(per_run, 1e-7)))
+        number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
         costs, early = sample(number)
         return guards("timed runs") or RunResult(costs=tuple(costs), number=number,
                                                  run_time=time.perf_counter() - t0,
