@@ -1,7 +1,7 @@
 """Statistical cost models over feature matrices (paper section 3.1 / 3.2).
 
 A cost model maps a feature matrix to scores, higher = faster. Models never featurize programs
-themselves: the tuner hands them ``env.unwrapped.featurize(configs, model.feature_mode)``.
+themselves: the tuner hands them ``env.unwrapped.session.featurize(configs, model.feature_mode)``.
 Targets are normalized throughput (gflops / max gflops of the same workload; failures get 0).
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The paper's tuner (Algorithm 1): cost model + parallel simulated annealing + diversity-aware
 epsilon-greedy batch selection, with optional bootstrap uncertainty and transfer learning.
 
-It talks to an environment only through ``env.unwrapped``: ``space``, ``featurize`` and
-``measure`` (every trial goes through ``measure``, so the trial count is honest), which makes it
-work on every TensorSched-* env and target.
+It works on a ``TuningSession`` (``tensorgym.search.tune`` hands it one): its ``space``,
+``featurize`` and ``measure`` (every trial goes through ``measure``, so the trial count is
+honest), which makes it work on every task, target and measurer.
 
 Warm start (``warm_start=True``, the default): the first batch is not random. It holds the
 template's seed schedules (``tensorgym.templates.seeds``: the reference schedule and hand-derived
@@ -22,10 +22,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.result import MeasureResult
-from tensorgym.meter import Meter, meter_of
+from tensorgym.measure.result import MeasureResult
+from tensorgym.meter import Meter
 from tensorgym.registry import Option
 from tensorgym.search import SearchStrategy
+from tensorgym.session import TuningSession
 from tensorgym.space import Config, ConfigSpace
 
 from .annealing import ParallelAnnealer, WalkHelper
@@ -70,7 +71,7 @@ class WarmStart:
 
 
 class FeatureCache:
-    """``env.unwrapped.featurize`` memoized by config index (annealing revisits configs).
+    """``session.featurize`` memoized by config index (annealing revisits configs).
 
     Fixed-length modes give a matrix (one row per config); a mode such as ``ast`` that gives one
     object per program (for tree models) is returned as a list."""
@@ -133,8 +134,8 @@ class ModelTuner(SearchStrategy):
       (Equation 4); ``max_source_samples`` caps the source rows.
     - ``warm_start`` (default True): the first batch starts with up to ``n_seeds`` seed
       schedules (``tensorgym.templates.seeds``), and without ``source_workloads`` the cost model
-      is pretrained on every other workload that ``records`` (default: the env's database) holds
-      for this target and device. The env must name its workload and target (a TensorSched env)
+      is pretrained on every other workload that ``records`` (default: the session's database) holds
+      for this target and device.
       for seeds and pretraining (``pretrain=False``: seeds only); ``warm_start_summary``
       reports what was used.
     - ``refit_share`` (default 0.05): the model is refitted once the results told since its
@@ -208,7 +209,7 @@ class ModelTuner(SearchStrategy):
             return spec()
         raise TypeError(f"model must be a name, a cost model or a factory, got {spec!r}")
 
-    def build_model(self, env_u, seed: int) -> CostModel:
+    def build_model(self, session: TuningSession, seed: int) -> CostModel:
         """A fresh cost model; with transfer learning or a warm start's pretraining, fitted on
         the source records (``warm_start_summary`` starts over here)."""
         self.warm_start_summary = WarmStart(enabled=self.warm_start)
@@ -221,8 +222,8 @@ class ModelTuner(SearchStrategy):
         if self.source_workloads:
             global_model = self.new_model()
             self.source_data = load_source_data(
-                self.records, self.source_workloads, env_u.target, global_model.feature_mode,
-                exclude_key=env_u.workload.key, device=self.device,
+                self.records, self.source_workloads, session.target, global_model.feature_mode,
+                exclude_key=session.workload.key, device=self.device,
                 max_samples=self.max_source_samples, rng=rng)
             self.warm_start_summary.records = len(self.source_data)
             self.warm_start_summary.workloads = len(self.source_data.counts)
@@ -231,7 +232,7 @@ class ModelTuner(SearchStrategy):
             return model
         elif self.warm_start:
             global_model = self.new_model()
-            self.source_data = self._pretraining_data(env_u, global_model.feature_mode, rng)
+            self.source_data = self._pretraining_data(session, global_model.feature_mode, rng)
             if self.source_data is None:
                 return model
         else:
@@ -240,20 +241,20 @@ class ModelTuner(SearchStrategy):
         model.fit_global(self.source_data)
         return model
 
-    def _pretraining_data(self, env_u: Any, mode: str,
+    def _pretraining_data(self, session: TuningSession, mode: str,
                           rng: np.random.Generator) -> "SourceData | None":
-        """The records of every other workload on the env's target and device, for a warm
+        """The records of every other workload on the session's target and device, for a warm
         start (None, with ``warm_start_summary.note`` saying why, where there are none)."""
         summary = self.warm_start_summary
-        workload, target = getattr(env_u, "workload", None), getattr(env_u, "target", None)
-        records = self.records if self.records is not None else getattr(env_u, "records", None)
+        workload, target = session.workload, session.target
+        records = self.records if self.records is not None else session.records
         if workload is None or target is None:
-            summary.note = "no pretraining (the env names no workload and target)"
+            summary.note = "no pretraining (the session names no workload and target)"
             return None
         if records is None:
             summary.note = "no pretraining (no records database)"
             return None
-        device = self.device or getattr(env_u, "device", None)
+        device = self.device or session.device
         keys = sorted({r.workload_key for r in records.query(target=target, device=device)}
                       - {workload.key})
         if not keys:
@@ -278,19 +279,19 @@ class ModelTuner(SearchStrategy):
     # ---------------------------------------------------------------- the search protocol
     # batch_size None: the loop asks for the whole budget left and ask() picks the batch
 
-    def prepare(self, env, n_trials: int) -> None:
-        """The env gives the features, the target and workload (transfer learning) and the
+    def prepare(self, session: TuningSession, n_trials: int) -> None:
+        """The session gives the features, the target and workload (transfer learning) and the
         meter; ``n_trials`` sizes the batches when ``batch_size`` is None."""
-        self._env, self._meter, self._budget = env.unwrapped, meter_of(env), n_trials
+        self._session, self._meter, self._budget = session, session.meter, n_trials
 
     def reset(self, space: ConfigSpace, seed: int) -> None:
         """A fresh model (built and, with transfer learning, fitted on the source records) and
-        annealer. Time goes to the env's meter: ``model`` (building, fitting and predicting);
-        featurizing is metered by the env, the rest by the loop as ``search``."""
-        u = getattr(self, "_env", None)
+        annealer. Time goes to the session's meter: ``model`` (building, fitting and predicting);
+        featurizing is metered by the session, the rest by the loop as ``search``."""
+        u = getattr(self, "_session", None)
         if u is None:
-            raise TensorGymError("ModelTuner needs an env: call prepare(env, n_trials) before "
-                                 "reset, or use tensorgym.search.tune")
+            raise TensorGymError("ModelTuner needs a session: call prepare(session, n_trials) "
+                                 "before reset, or use tensorgym.search.tune")
         self._rng = rng = np.random.default_rng(seed)
         with self._meter.time("model"):
             self.model = self.build_model(u, seed)
@@ -318,13 +319,13 @@ class ModelTuner(SearchStrategy):
         self._model_ready = isinstance(self.model, TransferModel)
         self.history = []
 
-    def _seed_configs(self, env_u: Any, space: ConfigSpace) -> list[Config]:
+    def _seed_configs(self, session: TuningSession, space: ConfigSpace) -> list[Config]:
         """The template's seed schedules that ``space`` can express, in their order."""
         from tensorgym.errors import InvalidConfigError  # noqa: PLC0415
         from tensorgym.templates.seeds import seed_configs  # noqa: PLC0415
 
-        workload, target = getattr(env_u, "workload", None), getattr(env_u, "target", None)
-        if workload is None or target is None:
+        workload, target = session.workload, session.target
+        if workload is None or target is None:  # a synthetic stand-in
             return []
         out = []
         for config in seed_configs(workload, target, max_seeds=self.n_seeds):
@@ -348,7 +349,7 @@ class ModelTuner(SearchStrategy):
         k = max(b, int(round(self.plan_ratio * b)))
         others = None
         if self._walker is not None:
-            u = self._env
+            u = self._session
             others = self._walker.others(ModelScore(u.workload, self.model.feature_mode,
                                                     self.model, self._space))
         candidates = self._annealer.find_maximums(self._score, k, exclude=taken, others=others)
@@ -392,14 +393,12 @@ class ModelTuner(SearchStrategy):
         self._model = model
         self._refit = False  # results told since the model's last fit
 
-    def _walks_elsewhere(self, env_u: Any, modules: tuple[str, ...]) -> bool:
-        """Whether a helper process can walk annealing groups: its scores (``ModelScore``:
-        ``tensorgym.features.featurize``) are the env's only on a TensorSched env, a
-        fixed-length feature mode is cheap to send and to compute there, and the helper can
-        import the model's classes (``modules``: none may be the user's ``__main__``)."""
-        from tensorgym.envs.tensor_sched import TensorSchedEnv  # noqa: PLC0415
-
-        return (self.sa_helper and self.sa_groups > 1 and isinstance(env_u, TensorSchedEnv)
+    def _walks_elsewhere(self, session: TuningSession, modules: tuple[str, ...]) -> bool:
+        """Whether a helper process can walk annealing groups: its scores (``ModelScore``)
+        featurize the session's workload as the session does, a fixed-length feature mode is
+        cheap to send and to compute there, and the helper can import the model's classes
+        (``modules``: none may be the user's ``__main__``)."""
+        return (self.sa_helper and self.sa_groups > 1 and session.workload is not None
                 and self.model.feature_mode in ("relation", "context", "config")
                 and "__main__" not in modules)
 

@@ -2,7 +2,7 @@
 owns budgets, de-duplication, the meter and callbacks) and a batch size.
 
 Agents never build or time kernels themselves: every trial goes through
-``env.unwrapped.measure(configs)``, so the env's trial count, records and best-so-far are honest.
+``env.unwrapped.session.measure(configs)``, so the env's trial count, records and best-so-far are honest.
 Batches (default 8) let the env build a batch's kernels in parallel.
 """
 from __future__ import annotations

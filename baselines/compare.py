@@ -23,8 +23,8 @@ from typing import Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from tensorgym.hardware.host import DeviceLock
-from tensorgym.hardware.measure import Measurer, MeasureOptions
-from tensorgym.hardware.result import MeasureResult, spread
+from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
+from tensorgym.measure.result import MeasureResult, spread
 from tensorgym.hardware.target import get_target
 from tensorgym.space import Config
 from tensorgym.templates import space_for
@@ -132,7 +132,7 @@ def remeasure(workload: "Workload | str", target: str,
             space.from_json(c if isinstance(c, str) else json.dumps(c)) for k, c in named.items()}
     out = Comparison(w.key, target, w.flops, list(todo))
     own = measurer is None
-    m = measurer or Measurer(target, remeasure_options(), **runtime_options(target, threads))
+    m = measurer or LocalMeasurer(target, remeasure_options(), **runtime_options(target, threads))
     lock = DeviceLock(kind.timer_key(m.runtime_kwargs))
     try:
         opts = options or remeasure_options(m.options)
@@ -174,8 +174,8 @@ def _config(m: Measurer, w: Workload, config: Config, name: str,
     if not r.ok:
         out.errors[name] = f"{r.error.name}: {r.error_msg}"
         return []
-    if "drift" in r.extra:
-        out.drift.setdefault(name, []).append(r.extra["drift"])
+    if r.drift is not None:
+        out.drift.setdefault(name, []).append(r.drift)
     return list(r.costs)
 
 

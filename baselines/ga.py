@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 from tensorgym.space import Config, ConfigSpace
 
 from .base import BatchSearch

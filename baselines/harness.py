@@ -32,7 +32,7 @@ def remeasure(workload: Workload, target: str, config_json: "str | dict", repeat
     """One config timed in ``repeats`` rounds by ``compare.remeasure`` (not trials), with the
     measurer's own options, as in the search whose figure it checks: (every sample in seconds,
     "" or the error of the round that failed)."""
-    from tensorgym.hardware.measure import MeasureOptions
+    from tensorgym.measure import MeasureOptions
 
     from .compare import remeasure as side_by_side
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from tensorgym import registry
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import Measurer
+from tensorgym.measure import LocalMeasurer, Measurer
 from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
@@ -122,7 +122,7 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
-                measurers[target] = Measurer(target,
+                measurers[target] = LocalMeasurer(target,
                                              **runtime_options(target, options.threads))
             _run_task(runs[target], workload, target, agents, seeds, trials, options,
                       measurers[target], say)
@@ -187,7 +187,7 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
     import json
     from pathlib import Path
 
-    from tensorgym.hardware.ray_runner import connect, device_node, on_node, run_tasks
+    from tensorgym.measure.ray import connect, device_node, on_node, run_tasks
 
     from .results import _build, _clean
 
@@ -242,7 +242,9 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
 def _entry_on_ray(agent: str, workload: str, target: str, seed: int, trials: int,
                   options: RunOptions) -> Entry:
     """One entry, in a Ray task: measured through the cluster's device actors."""
-    m = Measurer(target, runner="ray", **runtime_options(target, options.threads))
+    from tensorgym.measure.ray import RayMeasurer  # imports ray: only on the Ray path
+
+    m = RayMeasurer(target, **runtime_options(target, options.threads))
     try:
         return run_entry(agent, workload, target, seed, trials, options, measurer=m)
     finally:

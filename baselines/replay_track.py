@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import Measurer
+from tensorgym.measure import LocalMeasurer, Measurer
 from tensorgym.workloads import get_workload
 
 from .harness import device_info, device_threads, runtime_options, software_versions
@@ -71,7 +71,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
-                measurers[target] = Measurer(target, **runtime_options(target, options.threads))
+                measurers[target] = LocalMeasurer(target, **runtime_options(target, options.threads))
             entry_options = replace(options, remeasure=0, records=False, env_options={
                 **options.env_options, "measure": "replay", "dataset": data,
                 "on_miss": options.on_miss, "dataset_device": devices[target]})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tensorgym.errors import ErrorCode, TensorGymError
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 
 SCHEMA = "tensorgym-results"
 SCHEMA_VERSION = "1.1"  # 1.1: Run.track, Run.dataset, Trial.source
@@ -73,7 +73,7 @@ class Trial:
     @classmethod
     def from_result(cls, r: MeasureResult) -> "Trial":
         code = ErrorCode(r.error)
-        source = r.extra.get("source") or ("recorded" if r.cached else "measured")
+        source = "recorded" if r.cached and r.source == "measured" else r.source
         return cls(json.loads(r.config.to_json()), [float(c) for c in r.costs],
                    float(r.build_time), float(r.run_time), code.name, _INVALIDITY[code],
                    r.error_msg[:500], float(r.gflops), float(r.timestamp), bool(r.cached),

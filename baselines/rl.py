@@ -40,7 +40,7 @@ import numpy as np
 from gymnasium import spaces
 
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 from tensorgym.meter import meter_of
 from tensorgym.search import Report, SearchStrategy
 from tensorgym.space import Config, ConfigSpace
@@ -414,7 +414,7 @@ def train_on_replay(agent_name: str, workloads: Sequence[str], target: str, data
         sources: Counter = Counter()
         first, last = {}, {}
         for w, clock in zip(workloads, clocks):
-            sources.update(clock.unwrapped.measurer.sources)
+            sources.update(clock.unwrapped.session.measurer.sources)
             r, k = clock.rewards, max(1, len(clock.rewards) // 10)
             first[w], last[w] = float(np.mean(r[:k] or [0.0])), float(np.mean(r[-k:] or [0.0]))
         return ReplayTraining(agent_name, list(workloads), data.path, data.digest, on_miss,

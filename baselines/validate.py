@@ -199,10 +199,10 @@ def _check(c: Check, run: Run, e: Entry, tolerance: float, repeats: int, threads
         if not any_device:
             return
         c.note += "; re-measured here for reference only"
-    from tensorgym.hardware.measure import Measurer
+    from tensorgym.measure import LocalMeasurer
 
     if e.target not in measurers:
-        measurers[e.target] = Measurer(e.target, **runtime_options(e.target, threads))
+        measurers[e.target] = LocalMeasurer(e.target, **runtime_options(e.target, threads))
     w = get_workload(e.workload)
     for attempt in range(attempts):
         if attempt:

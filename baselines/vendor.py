@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from tensorgym.hardware.result import spread
+from tensorgym.measure.result import spread
 from tensorgym.workloads import Workload
 
 

@@ -84,7 +84,7 @@ class _BeforeCompiler:
 
 def _time_binaries(rt, w, program, binaries: dict, args, rng) -> dict:
     """Per variant: the median seconds per run (None when untimed) and the check's error."""
-    from tensorgym.hardware.worker import tolerance
+    from tensorgym.measure.worker import tolerance
 
     kernels = {v: rt.load(b, program) for v, b in binaries.items()}
     inputs = w.random_inputs(args.seed)

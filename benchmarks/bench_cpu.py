@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from tensorgym.baselines import compare
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
 
@@ -55,7 +55,7 @@ def bench(name: str, args) -> dict:
     w = get_workload(name)
     space = space_for(w, "cpu")
     opts = MeasureOptions(timeout=20)  # what the env uses, but a longer timeout
-    m = Measurer("cpu", opts, num_threads=args.threads)
+    m = LocalMeasurer("cpu", opts, num_threads=args.threads)
     rng = np.random.default_rng(args.seed)
     try:
         configs = space.sample_unique(rng, args.trials)

@@ -16,7 +16,7 @@ import argparse
 
 from tensorgym.baselines import compare
 from tensorgym.hardware.cpu import host_isa, vector_lanes
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.hardware.runtime import packing_seconds
 from tensorgym.lower import lower
 from tensorgym.templates import default_config, space_for
@@ -33,7 +33,7 @@ def bench(name: str, args) -> list[dict]:
     for i, values in enumerate(micro_kernel_values(w, lanes, registers)):
         configs[f"micro{i}"] = space.from_values(values)
     runtime_kwargs = {"isa": args.isa} if args.isa else {}
-    m = Measurer("cpu", MeasureOptions(timeout=30), num_threads=args.threads, **runtime_kwargs)
+    m = LocalMeasurer("cpu", MeasureOptions(timeout=30), num_threads=args.threads, **runtime_kwargs)
     try:
         c = compare.remeasure(w, "cpu", configs, args.rounds, m, threads=args.threads)
     finally:

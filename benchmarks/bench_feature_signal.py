@@ -35,9 +35,9 @@ def _measure(workload, configs, cache: str) -> np.ndarray:
     key = f"{workload.key}|{len(configs)}|{configs[0].index}"
     store = json.load(open(cache)) if cache and os.path.exists(cache) else {}
     if key not in store:
-        from tensorgym.hardware.measure import Measurer, MeasureOptions  # noqa: PLC0415
+        from tensorgym.measure import LocalMeasurer, MeasureOptions  # noqa: PLC0415
 
-        measurer = Measurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=5, n_parallel=1))
+        measurer = LocalMeasurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=5, n_parallel=1))
         store[key] = [r.gflops for r in measurer.measure(workload, configs)]
         if cache:
             json.dump(store, open(cache, "w"))

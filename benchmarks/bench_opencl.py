@@ -18,14 +18,14 @@ from collections import Counter
 import numpy as np
 
 from tensorgym.baselines import compare
-from tensorgym.hardware.measure import MeasureOptions, Measurer
+from tensorgym.measure import MeasureOptions, LocalMeasurer
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
 
 
 def random_search(target: str, workload, trials: int, seed: int, options: MeasureOptions,
                   batch: int, rounds: int) -> dict:
-    measurer = Measurer(target, options)
+    measurer = LocalMeasurer(target, options)
     try:
         space = space_for(workload, target)
         configs = space.sample_unique(np.random.default_rng(seed), trials)

@@ -2,7 +2,7 @@
 a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves,
 re-measurement and plots come from ``tensorgym.baselines.compare``.
 
-Every method measures only through ``env.unwrapped.measure`` on a fresh env per (method,
+Every method measures only through ``env.unwrapped.session.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
 """
 from __future__ import annotations

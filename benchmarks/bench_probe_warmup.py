@@ -28,8 +28,8 @@ import numpy as np  # noqa: E402
 from tensorgym.baselines.harness import runtime_options  # noqa: E402
 from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
-from tensorgym.hardware.worker import Reference  # noqa: E402
-from tensorgym.hardware.drift import calibration_config, calibration_workload  # noqa: E402
+from tensorgym.measure.worker import Reference  # noqa: E402
+from tensorgym.measure.drift import calibration_config, calibration_workload  # noqa: E402
 from tensorgym.lower import lower  # noqa: E402
 from tensorgym.templates import space_for  # noqa: E402
 from tensorgym.templates.seeds import seed_configs  # noqa: E402

@@ -23,7 +23,8 @@ import numpy as np
 import ray
 from ray.cluster_utils import Cluster
 
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
+from tensorgym.measure.ray import RayMeasurer
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
 
@@ -65,11 +66,11 @@ def main() -> None:
     w = get_workload(args.workload)
     configs = space_for(w, "cpu").sample(np.random.default_rng(0), args.configs)
     opts = MeasureOptions(repeat=3, min_repeat_ms=2)
-    local = Measurer("cpu", opts, num_threads=args.threads)
+    local = LocalMeasurer("cpu", opts, num_threads=args.threads)
     try:
         ray.init(num_cpus=2, object_store_memory=200 * MB, include_dashboard=False,
                  log_to_driver=False)
-        farm = Measurer("cpu", opts, runner="ray", num_threads=args.threads)
+        farm = RayMeasurer("cpu", opts, num_threads=args.threads)
         trials_per_s(farm, w, configs[:2])  # start the Ray workers and their builders
         side_by_side("one node (ray.init)", local, farm, w, configs, args.rounds)
         farm.close()
@@ -79,7 +80,7 @@ def main() -> None:
         cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
         cluster.add_node(**node)
         ray.init(address=cluster.address, log_to_driver=False)
-        farm = Measurer("cpu", opts, runner="ray", num_threads=args.threads)
+        farm = RayMeasurer("cpu", opts, num_threads=args.threads)
         trials_per_s(farm, w, configs[:2])
         side_by_side("two simulated nodes (one CPU each, same machine)", local, farm, w, configs,
                      args.rounds)

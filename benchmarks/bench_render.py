@@ -29,7 +29,7 @@ import numpy as np
 
 from tensorgym.codegen.llvm import emit_llvm
 from tensorgym.hardware.cpu import CPURuntime
-from tensorgym.hardware.worker import relative_error, tolerance
+from tensorgym.measure.worker import relative_error, tolerance
 from tensorgym.lower import lower
 from tensorgym.records import Records
 from tensorgym.templates import space_for

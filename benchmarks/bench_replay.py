@@ -68,7 +68,7 @@ def main() -> None:
 
     live = gym.make("TensorSched-v0", workload=w, budget=args.live_steps + 1, records=False,
                     num_threads=args.threads, obs_mode="config")
-    live.unwrapped.reference_seconds  # noqa: B018  (measured once, outside the timing)
+    live.unwrapped.session.reference_seconds  # noqa: B018  (measured once, outside the timing)
     live_rate = _steps(live, actions[:args.live_steps])
     live.close()
 

@@ -86,7 +86,7 @@ def surrogate_tune(env, teacher, options: dict, trials: int, seed: int,
 
 def measured(env, teacher, configs: list) -> list:
     """``configs`` as measurements, the teacher's estimate standing in for each timing."""
-    from tensorgym.hardware.result import MeasureResult
+    from tensorgym.measure.result import MeasureResult
 
     flops = env.workload.flops
     gflops = np.maximum(teacher.predict(env.featurize(configs, "relation")), 0.0)

@@ -30,9 +30,9 @@ os.environ.setdefault("OMP_PROC_BIND", "true")  # as the measuring worker runs k
 
 from tensorgym.baselines.harness import runtime_options  # noqa: E402
 from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
-from tensorgym.hardware.drift import calibration_config, calibration_workload  # noqa: E402
+from tensorgym.measure.drift import calibration_config, calibration_workload  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
-from tensorgym.hardware.worker import Reference, relative_error, tolerance  # noqa: E402
+from tensorgym.measure.worker import Reference, relative_error, tolerance  # noqa: E402
 from tensorgym.lower import lower  # noqa: E402
 from tensorgym.templates import default_config, space_for  # noqa: E402
 from tensorgym.workloads import get_workload  # noqa: E402

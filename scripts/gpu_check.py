@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgym.errors import ErrorCode, TargetUnavailableError
-from tensorgym.hardware.measure import MeasureOptions, Measurer
+from tensorgym.measure import MeasureOptions, LocalMeasurer
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.records import Records
 from tensorgym.templates.gpu import gpu_plan, sample_valid_configs
@@ -115,7 +115,7 @@ def correctness(target: str, args, out: dict) -> bool:
     options = MeasureOptions(repeat=1, min_repeat_ms=0.2, max_repeat=1, stop_slower_than=0.0,
                              calibrate=False, seed=args.seed)
     rng = np.random.default_rng(args.seed)
-    measurer = Measurer(target, options)
+    measurer = LocalMeasurer(target, options)
     limits = measurer.runtime.limits()
     sets = {"conv2d-C6": args.check, HELD_OUT: args.held_out, "matmul-1024 (vector loads)": 10}
     rows, use, ok = [], Counter(), True

@@ -50,10 +50,10 @@ n, d = sqlite3.connect(db2).execute("SELECT COUNT(*), COUNT(DISTINCT config_json
 line("a second tune on the same --db", out.stdout.splitlines()[0] + f" — {n} records, {d} distinct")
 
 # 4 one-config measure
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.templates import default_config
 w = matmul(64, 64, 64)
-m = Measurer("cpu", MeasureOptions(build_timeout=1e-4))
+m = LocalMeasurer("cpu", MeasureOptions(build_timeout=1e-4))
 r = m.measure(w, [default_config(w, "cpu")])[0]
 m.close()
 line("one-config measure (every env.step)", f"built in a builder process under build_timeout: {r.error.name} with build_timeout=1e-4")
@@ -89,7 +89,7 @@ except TensorGymError as e:
 db3 = os.path.join(tmp, "w.db")
 rec = Records(db3, timeout=0.05, retry_delays=(0.0,))
 held = sqlite3.connect(db3, isolation_level=None); held.execute("BEGIN EXCLUSIVE")
-m = Measurer("cpu"); res = m.measure(w, [default_config(w, "cpu")]); m.close()
+m = LocalMeasurer("cpu"); res = m.measure(w, [default_config(w, "cpu")]); m.close()
 try:
     rec.add_many(w, "cpu", "dev", res)
 except TensorGymError as e:
@@ -111,4 +111,4 @@ line("taskset -c 0", f"device {out.stdout.split()[0]}…, {out.stdout.split()[-1
 env = gym.make("TensorSched-v0", workload=matmul(8, 8, 8), target="cpu", records=os.path.join(tmp, "p.db"))
 env.reset(seed=0); env.step(env.action_space.sample())
 copy = pickle.loads(pickle.dumps(env.unwrapped))
-line("pickle.dumps(env.unwrapped)", f"round-trips: {copy.trials} trials kept, records at {copy.records.path == env.unwrapped.records.path}")
+line("pickle.dumps(env.unwrapped)", f"round-trips: {copy.trials} trials kept, records at {copy.records.path == env.unwrapped.session.records.path}")

@@ -169,11 +169,11 @@ def _ray_arg(p: argparse.ArgumentParser, what: str) -> None:
                    "host:port or ray://host:port; none: ray.init's default")
 
 
-def _ray_measurer(target: str, address: str, runtime_opts: dict) -> Any:
+def _ray_measurer(target: str, address: str, threads: int) -> Any:
     """A measurer on the Ray cluster at ``address`` ("": ray.init's default)."""
-    from .hardware.measure import Measurer
+    from .session import make_measurer
 
-    return Measurer(target, runner="ray", address=address or None, **runtime_opts)
+    return make_measurer(target, num_threads=threads, ray=address)
 
 
 def _fraction(text: str) -> float:
@@ -237,20 +237,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     workload = get_workload(args.workload)
     args.target = canonical_target(args.target)
-    from tensorgym.baselines.harness import make_env, runtime_options
-
     from . import registry
     from .search import ProgressBar, tune
+    from .session import TuningSession
 
     agent = registry.make(args.agent, **_options(args.opt))
-    runtime_opts = runtime_options(args.target, args.threads)
-    farm = _ray_measurer(args.target, args.ray, runtime_opts) if args.ray is not None else None
-    env = make_env(workload, args.target, budget=args.trials, records=args.db, measurer=farm,
-                   **{"use_cache": not args.fresh, **runtime_opts,
-                      **getattr(agent, "env_kwargs", {})})
+    farm = _ray_measurer(args.target, args.ray, args.threads) if args.ray is not None else None
+    u = TuningSession(workload, args.target, records=args.db, measurer=farm,
+                      use_cache=not args.fresh, num_threads=args.threads)
     bar = None
     try:
-        u = env.unwrapped
         for side, n in u.records.restore_unsaved():  # batches a failed write had to set aside
             print(f"restored {n} measurements into {u.records.path} from {side}", file=sys.stderr)
         # earlier measurements of this task (workload, space, target, device): reused, not redone
@@ -265,7 +261,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         history = []
         if n_new:
-            history = tune(env, agent, n_new, seed=args.seed, prior=prior,
+            history = tune(u, agent, n_new, seed=args.seed, prior=prior,
                            callbacks=[bar] if bar is not None else [])
         if bar is not None:
             bar.close()
@@ -277,12 +273,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         best = u.reconfirm(pool) if pool else None
         wall = time.perf_counter() - t0
         spent = u.meter.since(start)
-        speedups = _speedups(env.unwrapped, best, args) if best is not None and (
+        speedups = _speedups(u, farm, best, args) if best is not None and (
             args.compare or not args.json) else {}
     finally:
         if bar is not None:
             bar.close()
-        env.close()
+        u.close()
         if farm is not None:
             farm.close()
     summary = {
@@ -312,8 +308,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if best is not None and args.export_source:
         from .hardware.runtime import get_runtime
         from .lower import lower
+        from .session import runtime_kwargs
 
-        source = get_runtime(args.target, **runtime_opts).render(lower(workload, best.config))
+        source = get_runtime(args.target, **runtime_kwargs(args.target, args.threads)).render(
+            lower(workload, best.config))
         Path(args.export_source).write_text(source)
         summary["source"] = args.export_source
     if args.json:
@@ -363,22 +361,20 @@ def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,
     return line
 
 
-def _speedups(env: Any, best: Any, args: argparse.Namespace) -> dict:
+def _speedups(session: Any, farm: Any, best: Any, args: argparse.Namespace) -> dict:
     """Re-measure the best program, the reference schedule and the vendor library side by side
     (these runs are not trials) and report the speedups, medians over interleaved rounds:
     ``lines`` to print and ``figures`` (``tune --json --compare``'s "compare")."""
     from tensorgym.baselines.compare import remeasure
 
     rounds = 3
-    configs = {"best": best.config, "reference": env.reference_config}
-    if getattr(env.measurer, "runner", "local") == "ray":  # side by side with the vendor library on the device's node
-        from .hardware.ray_runner import on_node
-
-        device = env.measurer._ray.devices[0]
-        c = on_node(remeasure, device.node_id, env.workload, env.target, configs, rounds, None,
-                    True, device.runtime_kwargs.get("num_threads", 0))
+    configs = {"best": best.config, "reference": session.reference_config}
+    w, target = session.workload, session.target
+    if farm is not None:  # side by side with the vendor library, on the device's node
+        threads = farm.devices[0].runtime_kwargs.get("num_threads", 0)
+        c = farm.on_device_node(remeasure, w, target, configs, rounds, None, True, threads)
     else:
-        c = remeasure(env.workload, env.target, configs, rounds=rounds, measurer=env.measurer,
+        c = remeasure(w, target, configs, rounds=rounds, measurer=session.measurer,
                       threads=args.threads)
     if "best" in c.errors:
         return {"lines": [f"re-measuring the best failed: {c.errors['best']}"],

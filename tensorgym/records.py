@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import platformdirs
 
 from .errors import ErrorCode, InvalidConfigError, RecordsError, TensorGymError
-from .hardware.result import MeasureResult
+from .measure.result import MeasureResult
 from .workloads import Workload, get_workload
 
 SCHEMA_VERSION = 1
@@ -66,10 +66,11 @@ _INSERT = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 
 # the result's flags under "result".
 COLUMNS = tuple(_COLUMNS.split(", "))  # a record's values, as ``Records.check`` takes them
 _COLUMNS_V1 = _COLUMNS.replace(", options", ", '' AS options")
-#: ``MeasureResult.extra`` entries kept in a record's options (JSON-serializable, about the result)
-RESULT_FLAGS = ("early_stop", "unchecked", "confirmed", "drift", "compile_cache", "compile",
-                "same_kernel_as", "screened_costs")
-#: ``extra["source"]`` of results that are not measurements: they are never written
+#: ``MeasureResult`` flags kept in a record's options where set (``drift``: where not None)
+RESULT_FLAGS = ("early_stop", "unchecked", "confirmed", "drift")
+#: ``MeasureResult.extra`` entries kept there too (JSON-serializable, about the result)
+RESULT_EXTRA = ("compile_cache", "compile", "same_kernel_as", "screened_costs")
+#: ``MeasureResult.source`` of results that are not measurements: they are never written
 NOT_MEASURED = ("recorded", "surrogate")
 
 
@@ -172,13 +173,13 @@ class Records:
         """Write a batch in one transaction (all of it or none). If the write still fails after
         the retries, the batch goes to a side file and ``RecordsError`` says where. Results
         served from a database (``cached``) are skipped; one that is not a measurement
-        (``extra["source"]`` recorded or surrogate) is refused. ``options`` (JSON-serializable:
+        (``source`` recorded or surrogate) is refused. ``options`` (JSON-serializable:
         how the batch was measured, e.g. ``Measurer.describe()``) is kept with each record."""
         results = [r for r in results if not r.cached]
         for r in results:
-            if r.extra.get("source") in NOT_MEASURED:
+            if r.source in NOT_MEASURED:
                 raise TensorGymError(f"records database {self.path}: config {r.config.index} "
-                                     f"is a {r.extra['source']} answer, not a measurement; it "
+                                     f"is a {r.source} answer, not a measurement; it "
                                      "is never written as one")
         rows = [(workload.key, target, device, r.config.space_name, r.config.index,
                  r.config.to_json(), json.dumps(list(r.costs)), int(r.error), r.error_msg,
@@ -436,7 +437,8 @@ def _has_options(db: sqlite3.Connection) -> bool:
 
 
 def _options_json(options: Optional[dict], result: MeasureResult) -> str:
-    flags = {k: result.extra[k] for k in RESULT_FLAGS if k in result.extra}
+    flags = {k: v for k in RESULT_FLAGS if (v := getattr(result, k)) is not False and v is not None}
+    flags.update((k, result.extra[k]) for k in RESULT_EXTRA if k in result.extra)
     if not options and not flags:
         return ""
     obj = {**(options or {}), **({"result": flags} if flags else {})}

@@ -1,4 +1,4 @@
-"""One tuning loop for every search strategy: ask for configs, measure them through the env,
+"""One tuning loop for every search strategy: ask for configs, measure them in a tuning session,
 tell the results.
 
 A strategy implements ``reset(space, seed)``, ``ask(n) -> list[Config]`` and
@@ -8,12 +8,14 @@ search-time meter, callbacks and early stop. Optional parts of the protocol:
 
 - ``batch_size``: the most configs asked at once (default 8); ``None`` lets ``ask`` choose: it
   is then asked for the whole budget left and returns its own batch.
-- ``prepare(env, n_trials)``: called before ``reset`` with the env and the number of trials
+- ``prepare(session, n_trials)``: called before ``reset`` with the ``TuningSession`` and the
+  number of trials
   this tune will measure, for strategies that need more than the space (a cost model's
   features, transfer learning's target, a population sized from the budget).
-- ``drive(env, n_trials, seed, report)``: a strategy that steps the env itself (the RL agents)
-  instead of answering ``ask``; ``report(results)`` hands each measured batch to the loop and
-  returns False once the tune must end.
+- ``drive(env, n_trials, seed, report)``: a strategy that steps a Gymnasium env itself (the RL
+  agents) instead of answering ``ask``; ``report(results)`` hands each measured batch to the
+  loop and returns False once the tune must end. Tuned on a session, it gets a
+  ``TensorSchedEnv`` over it, made with ``env_kwargs``.
 - ``env_kwargs``: keyword arguments the env must be made with (e.g. an action mode).
 - ``close()``: called when the tune ends, however it ends (a strategy's helper processes stop).
 """
@@ -23,9 +25,10 @@ import warnings
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Sequence
 
+from .envs.tensor_sched import TensorSchedEnv
 from .errors import TensorGymError
-from .hardware.result import MeasureResult
-from .meter import meter_of
+from .measure.result import MeasureResult
+from .session import TuningSession
 from .space import Config, ConfigSpace
 
 Callback = Callable[[Any, list[MeasureResult]], Any]
@@ -81,14 +84,36 @@ def takes_prior(strategy: Any) -> bool:
     return not drives_env(strategy) and callable(getattr(strategy, "ask", None))
 
 
+def session_of(env: Any) -> TuningSession:
+    """The session a tune works on: ``env`` itself (a ``TuningSession``, or a stand-in with its
+    ``space``, ``measure``, ``history``, ``trials``, ``trials_left`` and ``meter``), or the
+    ``session`` of an env over one (through wrappers)."""
+    u = getattr(env, "unwrapped", env)
+    return getattr(u, "session", u)
+
+
+class VirtualTimeBudget:
+    """A :func:`tune` callback that ends the tune once the session's ``virtual_time`` reaches
+    ``seconds`` (checked after each batch, as the trial budget is)."""
+
+    def __init__(self, env: Any, seconds: float) -> None:
+        if not seconds > 0:
+            raise TensorGymError(f"a time budget is a positive number of seconds, got {seconds!r}")
+        self.session, self.seconds = session_of(env), float(seconds)
+
+    def __call__(self, strategy: Any, batch: list[MeasureResult]) -> None:
+        if self.session.virtual_time >= self.seconds:
+            raise StopSearch
+
+
 def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
          callbacks: Iterable[Callback] = (), prior: Sequence[MeasureResult] = (),
          max_stale_asks: int = MAX_STALE_ASKS) -> list[MeasureResult]:
-    """Measure up to ``n_trials`` new configs proposed by ``strategy`` on ``env`` (through
-    ``env.unwrapped.measure``); return the results in order.
+    """Measure up to ``n_trials`` new configs proposed by ``strategy`` in ``env`` (a
+    ``TuningSession``, or an env over one: ``session.measure``); return the results in order.
 
-    - Budget: never more than ``n_trials``, nor more than the env's budget left.
-    - ``prior``: earlier results of this task (e.g. ``Records.results``). With the env's own
+    - Budget: never more than ``n_trials``, nor more than the session's budget left.
+    - ``prior``: earlier results of this task (e.g. ``Records.results``). With the session's own
       history they are told to the strategy first and never measured again.
     - De-duplication: a proposed config that was measured before (in this tune, in ``prior``,
       in the env's history) or twice in one batch is dropped, and the strategy is not told
@@ -96,7 +121,7 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
       such asks in a row it ends the tune with a warning. It also ends when ``ask`` returns
       ``[]`` or the whole space has been measured.
     - Meter: time inside ``prepare``, ``reset``, ``ask``, ``tell`` and ``drive`` goes to
-      ``search`` on ``env.unwrapped.meter``, less what the strategy charges to ``model`` or
+      ``search`` on the session's ``meter``, less what the strategy charges to ``model`` or
       ``featurize`` inside (``with meter.time("model"): ...``); callbacks go to ``other``.
     - Callbacks: ``cb(strategy, results_batch)`` after each measured batch (after ``tell``);
       one raising :class:`StopSearch` ends the tune after that batch.
@@ -118,14 +143,13 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
 def _tune(env: Any, strategy: Any, n_trials: int, seed: int, callbacks: list[Callback],
           prior: Sequence[MeasureResult], max_stale_asks: int) -> list[MeasureResult]:
     n_trials = check_budget(n_trials)
-    u = env.unwrapped
-    space = u.space
-    budget = getattr(u, "budget", None)
-    if budget is not None:
-        n_trials = min(n_trials, max(0, budget - getattr(u, "trials", 0)))
+    session = session_of(env)
+    space = session.space
+    if session.trials_left is not None:
+        n_trials = min(n_trials, session.trials_left)
     if max_stale_asks < 1:
         raise ValueError("max_stale_asks must be >= 1")
-    meter = meter_of(env)
+    meter = session.meter
     history: list[MeasureResult] = []
     stopped = False
 
@@ -150,14 +174,13 @@ def _tune(env: Any, strategy: Any, n_trials: int, seed: int, callbacks: list[Cal
                       "tune(); that interface goes in the next release", DeprecationWarning,
                       stacklevel=3)
         return list(strategy.tune(env, n_trials, seed=seed, callbacks=callbacks))
-    known = [r for r in (*prior, *(getattr(u, "history", None) or ()))
-             if r.config.space_name == space.name]
+    known = [r for r in (*prior, *session.history) if r.config.space_name == space.name]
     with meter.time("search"):
         if callable(getattr(strategy, "prepare", None)):
-            strategy.prepare(env, n_trials)
+            strategy.prepare(session, n_trials)
         strategy.reset(space, seed)
         if drives_env(strategy):
-            strategy.drive(env, n_trials, seed, report)
+            strategy.drive(_env_for(env, session, strategy, n_trials), n_trials, seed, report)
             return history
         if known:
             strategy.tell(known)
@@ -188,11 +211,19 @@ def _tune(env: Any, strategy: Any, n_trials: int, seed: int, callbacks: list[Cal
                 break
             continue
         stale = 0
-        results = list(u.measure(batch))
+        results = list(session.measure(batch))
         with meter.time("search"):
             strategy.tell(results)
         report(results)
     return history
+
+
+def _env_for(env: Any, session: TuningSession, strategy: Any, n_trials: int) -> Any:
+    """The env a driving strategy steps: ``env`` itself, or one over the session it was given."""
+    if env is not session or not isinstance(session, TuningSession):
+        return env
+    budget = session.trials + n_trials if session.budget is None else session.budget
+    return TensorSchedEnv(session=session, budget=budget, **getattr(strategy, "env_kwargs", {}))
 
 
 def _name(strategy: Any) -> str:
@@ -222,5 +253,5 @@ class ProgressBar:
         self.bar.close()
 
 
-__all__ = ["Callback", "ProgressBar", "SearchStrategy", "StopSearch", "check_budget",
-           "drives_env", "takes_prior", "tune"]
+__all__ = ["Callback", "ProgressBar", "SearchStrategy", "StopSearch", "VirtualTimeBudget",
+           "check_budget", "drives_env", "session_of", "takes_prior", "tune"]

@@ -27,7 +27,7 @@ TINY_WORKLOAD = "matmul:16,16,16"  # the tiny-cpu suite's one task
 def collect_dataset(directory, workload: str, n_configs: int) -> str:
     """A records database of ``n_configs`` random configs of ``workload`` (and the reference)."""
     from tensorgym.dataset import collect
-    from tensorgym.hardware.measure import MeasureOptions
+    from tensorgym.measure import MeasureOptions
 
     path = directory / "dataset.db"
     collect([workload], n_configs=n_configs, db=str(path), threads=1, progress=False,

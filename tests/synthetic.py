@@ -1,6 +1,6 @@
-"""A test fixture: a synthetic tuning problem with the env interface the agents use
-(``unwrapped.space``, ``featurize``, ``measure``, ``history``, ``trials``, ``budget``) and a
-known objective.
+"""A test fixture: a synthetic tuning problem with the session interface the search loop and the
+agents use (``space``, ``featurize``, ``measure``, ``history``, ``trials``, ``trials_left``,
+``meter``; no ``workload`` or ``target``) and a known objective.
 
 For unit tests and quick experiments with search parts only: no program is compiled, so every
 feature mode is the one-hot encoding of the config's choices.
@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tensorgym.errors import ErrorCode
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
+from tensorgym.meter import Meter
 from tensorgym.space import Config, ConfigSpace
 
 
@@ -27,6 +28,8 @@ def one_hot(space: ConfigSpace, configs: Sequence[Config]) -> np.ndarray:
 class SyntheticEnv:
     """``objective(config) -> gflops``; a value <= 0 is a failed build/run."""
 
+    workload = target = records = device = None  # no task: no warm start, no transfer
+
     def __init__(self, space: ConfigSpace, objective: Callable[[Config], float],
                  budget: int | None = None, flops: int = 10**9) -> None:
         self.space = space
@@ -34,6 +37,11 @@ class SyntheticEnv:
         self.budget = budget
         self.flops = flops
         self.history: list[MeasureResult] = []
+        self.meter = Meter()
+
+    @property
+    def trials_left(self) -> int | None:
+        return None if self.budget is None else max(0, self.budget - self.trials)
 
     @property
     def unwrapped(self) -> "SyntheticEnv":

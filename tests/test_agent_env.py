@@ -5,7 +5,7 @@ import pytest
 
 import tensorgym.envs  # noqa: F401  (registers the envs)
 from tensorgym.agents import TransferModel, make_agent
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.records import Records
 from tensorgym.workloads import matmul
 
@@ -14,7 +14,7 @@ FAST = dict(batch_size=8, n_chains=16, sa_steps=20, model_options={"n_rounds": 4
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
     yield m
     m.close()
 

@@ -5,7 +5,7 @@ import pytest
 from tensorgym.agents import TransferModel, load_source_data, make_agent
 from .synthetic import SyntheticEnv
 from tensorgym.features import featurize
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 from tensorgym.records import Records
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
@@ -79,7 +79,7 @@ def test_transfer_steers_the_first_batch(records):
     def run(**kw):
         env = SyntheticEnv(space, speed)
         env.workload, env.target = TARGET, "cpu"
-        env.featurize = lambda configs, mode=None: featurize(TARGET, configs, mode or "relation")
+        env.featurize = lambda configs, mode=None, **kw: featurize(TARGET, configs, mode or "relation")
         return make_agent("xgb", batch_size=16, n_chains=16, sa_steps=20,
                           **kw).tune(env, 16, seed=0)
 

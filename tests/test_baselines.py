@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tensorgym.errors import ErrorCode, TensorGymError
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
+from tensorgym.meter import Meter
 from tensorgym.space import ConfigSpace, other_knob
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
@@ -21,8 +22,11 @@ class SyntheticEnv:
     """A stand-in for the env's measure(): a smooth synthetic runtime over the knob choices
     (unit tests of search logic only; the real env is exercised in the end-to-end tests)."""
 
+    trials_left = None
+
     def __init__(self, space: ConfigSpace, fail_every: int = 0, flops: int = 10**6) -> None:
         self.space = space
+        self.meter = Meter()
         self.history: list[MeasureResult] = []
         self.batches: list[int] = []
         self.fail_every = fail_every
@@ -150,9 +154,9 @@ def test_registry_names_and_errors():
 @pytest.fixture(scope="module")
 def measurer():
     """One measurer (builder pool + worker) shared by the envs of these tests."""
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
 
-    m = Measurer("cpu", MeasureOptions(min_repeat_ms=1, repeat=2))
+    m = LocalMeasurer("cpu", MeasureOptions(min_repeat_ms=1, repeat=2))
     yield m
     m.close()
 

@@ -105,9 +105,9 @@ def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, mon
     aside because the machine ran slow."""
     from dataclasses import replace
 
-    from tensorgym.envs.tensor_sched import TensorSchedEnv
+    from tensorgym.session import TuningSession
 
-    reconfirm = TensorSchedEnv.reconfirm
+    reconfirm = TuningSession.reconfirm
 
     def again(self, *a, **kw):  # no real re-take: a loaded machine may take one
         best = reconfirm(self, *a, **{**kw, "slow_retakes": 0})
@@ -117,7 +117,7 @@ def test_tune_says_when_its_best_took_sets_of_rounds_again(capsys, tmp_path, mon
                                          **({"slow_retakes": retakes} if retakes else {})})
         return self.best
 
-    monkeypatch.setattr(TensorSchedEnv, "reconfirm", again)
+    monkeypatch.setattr(TuningSession, "reconfirm", again)
     args = ("tune", "matmul:16,16,16", "--trials", "3", "--agent", "grid", "--no-progress")
     code, out, _ = run_cli(capsys, *args, "--db", str(tmp_path / "a.db"))
     assert code == 0 and f"timed in {len(factors)} sets of rounds (" in out and ", then " in out

@@ -14,8 +14,8 @@ from tensorgym.baselines.compare import VENDOR, Comparison, best_so_far, remeasu
 from tensorgym.baselines.leaderboard import remeasure_bests
 from tensorgym.baselines.results import Best, Entry
 from tensorgym.errors import ErrorCode
-from tensorgym.hardware.measure import MeasureOptions
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure import MeasureOptions
+from tensorgym.measure.result import MeasureResult
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
 
@@ -45,10 +45,10 @@ class ScriptedMeasurer:
         costs = self.script[c.index].pop(0)
         if costs is None:
             return [MeasureResult(c, (), ErrorCode.RUNTIME_DEVICE, "boom", flops=workload.flops)]
-        extra = {}
+        drift = None
         if isinstance(costs, tuple):  # (costs, the drift the measurer flagged)
-            costs, extra = costs[0], {"drift": costs[1]}
-        return [MeasureResult(c, tuple(costs), flops=workload.flops, extra=extra)]
+            costs, drift = costs
+        return [MeasureResult(c, tuple(costs), flops=workload.flops, drift=drift)]
 
 
 class ScriptedVendor:
@@ -230,9 +230,9 @@ def test_tune_reports_the_side_by_side_speedups(scripted):
     ref = default_config(W, "cpu")
     m, log = scripted({B.index: [[1.0], ([1.0], 0.5), [1.0]], ref.index: [[4.0]] * 3},
                       [[2.0]] * 3)
-    env = SimpleNamespace(workload=W, target="cpu", measurer=m, reference_config=ref)
+    session = SimpleNamespace(workload=W, target="cpu", measurer=m, reference_config=ref)
     best = MeasureResult(B, (0.5,), flops=W.flops)
-    out = _speedups(env, best, SimpleNamespace(threads=0))
+    out = _speedups(session, None, best, SimpleNamespace(threads=0))
     lines, figures = out["lines"], out["figures"]
     assert lines[0].startswith(f"re-measured best: {W.flops / 1e9:.2f} GFLOP/s")
     assert "reference) schedule: 4.00x" in lines[1] and "fake blas: 2.00x" in lines[2]

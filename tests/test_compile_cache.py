@@ -3,8 +3,8 @@ in one batch, and a damaged cache costs only time."""
 import numpy as np
 import pytest
 
-from tensorgym.hardware.compile_cache import CompileCache
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure.compile_cache import CompileCache
+from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
 from tensorgym.templates import space_for
 from tensorgym.workloads import matmul
 
@@ -18,7 +18,7 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def _measurer(**kw) -> Measurer:
-    return Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2, **kw))
+    return LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2, **kw))
 
 
 def test_a_second_build_of_the_same_source_comes_from_the_cache(cache_home):

@@ -6,7 +6,7 @@ import pytest
 
 from tensorgym.hardware.cpu import (HUGE_SOURCE_LINES, LARGE_SOURCE_LINES, CPURuntime,
                                    _target_machine)
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d
@@ -61,7 +61,7 @@ def test_a_huge_kernel_is_built_at_o1_and_is_correct():
     binary = RT.compile(source, p)
     assert binary == CPURuntime(opt_level=1).compile(source, p)
     assert binary != CPURuntime(opt_level=3).compile(source, p)
-    m = Measurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1))
     try:
         (r,) = m.measure(w, [config])
     finally:
@@ -72,7 +72,7 @@ def test_a_huge_kernel_is_built_at_o1_and_is_correct():
 
 @pytest.mark.parametrize("codegen_level", [None, 1, 3])
 def test_kernels_built_at_each_level_the_policy_chooses_are_correct(codegen_level):
-    m = Measurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1), codegen_level=codegen_level)
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1), codegen_level=codegen_level)
     try:
         results = m.measure(W, [c for c, _, _ in KERNELS])
     finally:
@@ -105,12 +105,12 @@ def test_levels_are_checked():
 def test_each_result_says_how_it_was_built():
     import numpy as np
 
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import space_for
     from tensorgym.workloads import matmul
 
     w = matmul(24, 16, 20)
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
     try:
         for r in m.measure(w, space_for(w, "cpu").sample(np.random.default_rng(3), 3)):
             assert r.ok and r.extra["compile"]["opt_level"] == 3

@@ -4,7 +4,7 @@ import pytest
 
 from tensorgym import loopast as A
 from tensorgym.hardware.cpu import CPURuntime
-from tensorgym.hardware.worker import tolerance
+from tensorgym.measure.worker import tolerance
 from tensorgym.lower import lower
 from tensorgym.templates import default_config, space_for
 

@@ -6,9 +6,9 @@ import pytest
 from tensorgym import loopast as A
 from tensorgym.errors import ErrorCode
 from tensorgym.hardware.cpu import CPURuntime, host_isa, vector_lanes
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.hardware.runtime import checked_inputs, packing_seconds
-from tensorgym.hardware.worker import tolerance
+from tensorgym.measure.worker import tolerance
 from tensorgym.lower import lower
 from tensorgym.templates import default_config, space_for
 from tensorgym.templates.cpu import micro_kernel_values
@@ -185,7 +185,7 @@ def test_measured_through_the_worker_with_packed_inputs():
     w = conv2d(1, 4, 9, 9, 32, 3, 2, 1)
     space = space_for(w, "cpu")
     configs = with_new_knobs(space, np.random.default_rng(7), 4)
-    m = Measurer("cpu", MeasureOptions(timeout=10.0, repeat=2, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(timeout=10.0, repeat=2, min_repeat_ms=1))
     try:
         results = m.measure(w, configs)
     finally:

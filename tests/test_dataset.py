@@ -12,7 +12,7 @@ import pytest
 from tensorgym.cli import main
 from tensorgym.dataset import Dataset, DatasetError, collect
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import MeasureOptions
+from tensorgym.measure import MeasureOptions
 from tensorgym.records import Records
 from tensorgym.templates import default_config
 from tensorgym.workloads import get_workload

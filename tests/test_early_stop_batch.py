@@ -11,8 +11,9 @@ import pytest
 
 import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions, stop_bound
-from tensorgym.hardware.worker import COLD_MARGIN, KernelWorker, cold_run_lost, contends
+from tensorgym.measure.build import Builder
+from tensorgym.measure import LocalMeasurer, MeasureOptions, stop_bound
+from tensorgym.measure.worker import COLD_MARGIN, KernelWorker, cold_run_lost, contends
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import matmul
 
@@ -22,7 +23,7 @@ OPTIONS = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1)
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", OPTIONS, num_threads=1)
+    m = LocalMeasurer("cpu", OPTIONS, num_threads=1)
     yield m
     m.close()
 
@@ -42,8 +43,8 @@ def fast_slow(measurer):
 def test_a_slow_kernel_after_a_fast_one_stops_early_with_a_real_time(measurer, fast_slow):
     fast, slow = fast_slow
     f, s = measurer.measure(W, [fast.config, slow.config], early_stop=2)
-    assert f.ok and "early_stop" not in f.extra and len(f.costs) == OPTIONS.repeat
-    assert s.ok and s.extra["early_stop"] and len(s.costs) < OPTIONS.repeat
+    assert f.ok and not f.early_stop and len(f.costs) == OPTIONS.repeat
+    assert s.ok and s.early_stop and len(s.costs) < OPTIONS.repeat
     assert min(s.costs) > 2 * f.median  # a real sample, past the bound the fast one set
     assert s.gflops < f.gflops / 2
 
@@ -51,9 +52,9 @@ def test_a_slow_kernel_after_a_fast_one_stops_early_with_a_real_time(measurer, f
 def test_without_early_stop_or_before_any_faster_kernel_nobody_stops(measurer, fast_slow):
     fast, slow = fast_slow
     for r in measurer.measure(W, [fast.config, slow.config], early_stop=0):
-        assert r.ok and "early_stop" not in r.extra and len(r.costs) == OPTIONS.repeat
+        assert r.ok and not r.early_stop and len(r.costs) == OPTIONS.repeat
     for r in measurer.measure(W, [slow.config, fast.config], early_stop=2):  # slow comes first
-        assert r.ok and "early_stop" not in r.extra and len(r.costs) == OPTIONS.repeat
+        assert r.ok and not r.early_stop and len(r.costs) == OPTIONS.repeat
 
 
 def test_the_fixed_bound_still_applies_and_a_stopped_kernel_sets_no_bound(measurer, fast_slow):
@@ -61,7 +62,7 @@ def test_the_fixed_bound_still_applies_and_a_stopped_kernel_sets_no_bound(measur
     # every kernel is over the fixed bound: all stop, none of them tightens it
     for r in measurer.measure(W, [fast.config, slow.config], stop_slower_than=1e-12,
                               early_stop=2):
-        assert r.ok and r.extra["early_stop"] and len(r.costs) == 1
+        assert r.ok and r.early_stop and len(r.costs) == 1
     assert stop_bound(0.0, 0.0, 1.0) == 0.0
     assert stop_bound(5.0, 0.0, 1.0) == 5.0
     assert stop_bound(0.0, 3.0, float("inf")) == 0.0  # nothing timed in full yet
@@ -74,20 +75,20 @@ def test_the_fixed_bound_still_applies_and_a_stopped_kernel_sets_no_bound(measur
 def test_duplicates_share_the_stopped_result(measurer, fast_slow):
     fast, slow = fast_slow
     f, s, again = measurer.measure(W, [fast.config, slow.config, slow.config], early_stop=2)
-    assert s.extra["early_stop"] and again.extra["early_stop"]
+    assert s.early_stop and again.early_stop
     assert again.costs == s.costs and again.extra["same_kernel_as"] == slow.config.index
 
 
 def test_a_retake_after_drift_starts_its_bound_afresh_and_stops_the_same(fast_slow):
     fast, slow = fast_slow
     # A tolerance below zero makes every phase count as drifting: the re-take runs for real.
-    m = Measurer("cpu", MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1,
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1,
                                        drift_tolerance=-1.0), num_threads=1)
     try:
         f, s = m.measure(W, [fast.config, slow.config], early_stop=2)
         assert len(m._drift.history) == 5  # timed twice, each end looked at twice
-        assert f.ok and "early_stop" not in f.extra and f.extra["drift"] > 0
-        assert s.ok and s.extra["early_stop"] and s.extra["drift"] > 0
+        assert f.ok and not f.early_stop and f.drift > 0
+        assert s.ok and s.early_stop and s.drift > 0
     finally:
         m.close()
 
@@ -118,10 +119,10 @@ def test_the_env_stops_within_its_first_batch_and_says_so(tmp_path, measurer, fa
                    measurer=measurer, budget=8, early_stop=2)
     u = env.unwrapped
     env.reset(seed=0)
-    f, s = u.measure([fast.config, slow.config])  # no best yet: the fast one bounds the slow
-    assert not f.extra.get("early_stop") and s.extra["early_stop"]
+    f, s = u.session.measure([fast.config, slow.config])  # no best yet: the fast one bounds the slow
+    assert not f.early_stop and s.early_stop
     assert u.best.config == fast.config and s.gflops < u.best.gflops
-    record = u.records.lookup(W.key, "cpu", u.device, slow.config.to_json())
+    record = u.session.records.lookup(W.key, "cpu", u.session.device, slow.config.to_json())
     assert record is not None and tuple(record.costs) == s.costs
     assert json.loads(record.options)["result"]["early_stop"]
     _, _, _, _, info = env.step(np.array(slow.config.choices))
@@ -129,13 +130,15 @@ def test_the_env_stops_within_its_first_batch_and_says_so(tmp_path, measurer, fa
     env.close()
     off = gym.make("TensorSched-v0", workload=W, target="cpu", records=False,
                    measurer=measurer, early_stop=0).unwrapped
-    assert not any(r.extra.get("early_stop") for r in off.measure([fast.config, slow.config]))
+    assert not any(r.early_stop for r in off.session.measure([fast.config, slow.config]))
 
 
 def test_on_ray_a_stopped_kernel_is_past_the_bound_of_the_fastest(fast_slow):
     """Ray times chunks as their builds come back, in no fixed order: what holds is that every
     stopped kernel is surely over twice the fastest kernel of the batch timed in full."""
     ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'tensorgym[ray]'")
+    from tensorgym.measure.ray import RayMeasurer
+
     from .proc_tree import descendants, survivors
 
     fast, slow = fast_slow
@@ -143,7 +146,7 @@ def test_on_ray_a_stopped_kernel_is_past_the_bound_of_the_fastest(fast_slow):
     ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
              log_to_driver=False)
     try:
-        m = Measurer("cpu", OPTIONS, runner="ray", num_threads=1)
+        m = RayMeasurer("cpu", OPTIONS, num_threads=1)
         try:
             stopped = m.measure(W, [fast.config, slow.config, slow.config], early_stop=2)
             full = m.measure(W, [fast.config, slow.config], early_stop=0)
@@ -154,18 +157,18 @@ def test_on_ray_a_stopped_kernel_is_past_the_bound_of_the_fastest(fast_slow):
         ray.shutdown()
         assert survivors(seen, within=20) == []
     assert all(r.ok for r in stopped + full)
-    fastest = min(r.median for r in stopped if not r.extra.get("early_stop"))
+    fastest = min(r.median for r in stopped if not r.early_stop)
     assert all(min(r.costs) > 2 * fastest and len(r.costs) < OPTIONS.repeat
-               for r in stopped if r.extra.get("early_stop"))
-    assert not stopped[0].extra.get("early_stop")  # the fastest kernel is never stopped
-    assert not any(r.extra.get("early_stop") for r in full)
+               for r in stopped if r.early_stop)
+    assert not stopped[0].early_stop  # the fastest kernel is never stopped
+    assert not any(r.early_stop for r in full)
 
 
 def test_a_first_run_long_past_its_bound_is_stopped_by_a_new_worker(monkeypatch):
     """The first run of a 1024^3 matmul on one thread takes tens of milliseconds; stopped after
     5 ms it is a flagged, unchecked lower bound, the worker is replaced and measures on; from
     then on a spare worker, started with the next batch's builds, takes the place of the next."""
-    import tensorgym.hardware.measure as measure
+    import tensorgym.measure.local as measure
     from .proc_tree import descendants, survivors
 
     monkeypatch.setattr(measure, "first_run_limit", lambda opts, start: 0.005 if
@@ -173,21 +176,21 @@ def test_a_first_run_long_past_its_bound_is_stopped_by_a_new_worker(monkeypatch)
     big = matmul(1024, 1024, 1024)
     # no calibration: on a loaded machine a phase may count as drifting and be timed again,
     # stopping its kernel a second time (the spare is then used up); re-takes have tests of their own
-    m = Measurer("cpu", replace(OPTIONS, calibrate=False), num_threads=1)
+    m = LocalMeasurer("cpu", replace(OPTIONS, calibrate=False), num_threads=1)
     try:
         (small,) = m.measure(W, [default_config(W, "cpu")])
         first_worker = m._worker.proc.pid
         (r,) = m.measure(big, [default_config(big, "cpu")], stop_slower_than=1e-6)
-        assert r.ok and r.extra["early_stop"] and r.extra["unchecked"] and len(r.costs) == 1
+        assert r.ok and r.early_stop and r.unchecked and len(r.costs) == 1
         assert r.costs[0] >= 0.005
         assert first_worker not in descendants(os.getpid())  # killed, and reaped
         (small,) = m.measure(W, [default_config(W, "cpu")])  # a new worker times the next one
-        assert small.ok and "unchecked" not in small.extra and len(small.costs) == OPTIONS.repeat
+        assert small.ok and not small.unchecked and len(small.costs) == OPTIONS.repeat
         (again,) = m.measure(big, [default_config(big, "cpu")])  # no bound: never stopped
-        assert again.ok and "early_stop" not in again.extra and again.median > 0.005
+        assert again.ok and not again.early_stop and again.median > 0.005
         spare = m._spare.proc.pid
         (r,) = m.measure(big, [default_config(big, "cpu")], stop_slower_than=1e-6)
-        assert r.extra["unchecked"] and m._worker.proc.pid == spare and m._spare is None
+        assert r.unchecked and m._worker.proc.pid == spare and m._spare is None
         ours = {c.proc.pid for c in (m._worker, *m._builders.children) if c.proc}
     finally:
         m.close()
@@ -200,10 +203,10 @@ def test_only_a_kernel_that_may_beat_the_best_gets_samples_past_repeat(fast_slow
     to a loser; without ``early_stop`` every kernel gets them."""
     fast, slow = fast_slow
     opts = MeasureOptions(repeat=3, max_repeat=6, target_cv=0.0, min_repeat_ms=1)
-    m = Measurer("cpu", opts, num_threads=1)
+    m = LocalMeasurer("cpu", opts, num_threads=1)
     try:
         f, s = m.measure(W, [fast.config, slow.config], early_stop=1000)  # bound: no early stop
-        assert "early_stop" not in s.extra and min(s.costs) > f.median
+        assert not s.early_stop and min(s.costs) > f.median
         assert len(f.costs) == 6 and len(s.costs) == 3
         f, s = m.measure(W, [fast.config, slow.config], early_stop=0)
         assert len(f.costs) == len(s.costs) == 6

@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 import tensorgym
 from tensorgym.envs import env_ids
 from tensorgym.errors import InvalidConfigError, TargetUnavailableError, TensorGymError
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.workloads import conv2d, matmul
 
 TINY = matmul(16, 16, 16)
@@ -20,7 +20,7 @@ OPTS = MeasureOptions(repeat=2, min_repeat_ms=1)
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", OPTS)
+    m = LocalMeasurer("cpu", OPTS)
     yield m
     m.close()
 
@@ -62,7 +62,7 @@ def test_config_mode_episode(measurer):
         assert env.observation_space.contains(obs)
         assert info["trials"] == t + 1 and term == (t == 2) and not trunc
         if info["error"] == "NO_ERROR":
-            assert math.isclose(r, math.log(env.unwrapped.reference_seconds / info["runtime"]))
+            assert math.isclose(r, math.log(env.unwrapped.session.reference_seconds / info["runtime"]))
         total += 1
     with pytest.raises(TensorGymError, match="budget"):
         env.step(env.action_space.sample())
@@ -74,7 +74,7 @@ def test_best_improvement_return_is_log_speedup_of_best(measurer):
     env.reset(seed=1)
     ret = sum(env.step(env.action_space.sample())[1] for _ in range(4))
     u = env.unwrapped
-    assert math.isclose(ret, max(0.0, math.log(u.best.gflops / u.reference_gflops)), rel_tol=1e-9)
+    assert math.isclose(ret, max(0.0, math.log(u.best.gflops / u.session.reference_gflops)), rel_tol=1e-9)
 
 
 def test_knob_mode_masks_and_invalid_actions(measurer):
@@ -109,12 +109,12 @@ def test_batched_featurize_and_measure(measurer, tmp_path):
     configs = u.space.sample(np.random.default_rng(0), 4)
     X = u.featurize(configs)
     assert X.shape == (4, env.observation_space.shape[0]) and np.isfinite(X).all()
-    first = u.measure(configs)
-    again = u.measure(configs[:2])
+    first = u.session.measure(configs)
+    again = u.session.measure(configs[:2])
     assert u.trials == 6 and all(r.cached for r in again) and not any(r.cached for r in first)
-    assert len(u.records) == 4
+    assert len(u.session.records) == 4
     with pytest.raises(InvalidConfigError):
-        u.measure([tensorgym.templates.space_for(matmul(8, 8, 8), "cpu").get(0).__class__(
+        u.session.measure([tensorgym.templates.space_for(matmul(8, 8, 8), "cpu").get(0).__class__(
             "conv2d/cpu", (0,), {}, 0)])
 
 
@@ -131,13 +131,13 @@ def test_measure_refuses_a_config_of_another_conv2d_space(measurer):
     assert u.space.from_choices(fits.choices).values != fits.values  # same choices, other tiles
     for config in (fits, other.get(0)):
         with pytest.raises(InvalidConfigError, match="not of conv2d:1,4,9,9,8,3,1,1/cpu"):
-            u.measure([u.space.get(0), config])
+            u.session.measure([u.space.get(0), config])
     assert u.trials == 0 and u.history == []
     forged = dataclasses.replace(u.space.get(1), values=u.space.get(2).values)
     with pytest.raises(InvalidConfigError, match="values or index"):
-        u.measure([forged])
+        u.session.measure([forged])
     with pytest.raises(InvalidConfigError, match="expected a Config"):
-        u.measure([u.space.get(0).choices])
+        u.session.measure([u.space.get(0).choices])
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -187,23 +187,23 @@ def test_reconfirm_times_the_top_configs_again_without_trials_or_records(measure
                                                                         monkeypatch):
     env = make(measurer, records=tmp_path / "db.sqlite")
     u = env.unwrapped
-    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 5))
-    trials, n_records, timed = u.trials, len(u.records), u.meter.run
-    timings, confirm = [], u.measurer.confirm
-    monkeypatch.setattr(u.measurer, "confirm", lambda w, r: timings.append(r) or confirm(w, r))
+    results = u.session.measure(u.space.sample_unique(np.random.default_rng(1), 5))
+    trials, n_records, timed = u.trials, len(u.session.records), u.meter.run
+    timings, confirm = [], u.session.measurer.confirm
+    monkeypatch.setattr(u.session.measurer, "confirm", lambda w, r: timings.append(r) or confirm(w, r))
     # duplicates count once; one set of rounds (re-takes and slow sets: the tests below)
-    best = u.reconfirm(results + results[:2], top=2, rounds=3, max_sets=1, slow_retakes=0)
-    assert best.ok and best.extra["reconfirmed"] and best.extra["confirmed"] and u.best is best
+    best = u.session.reconfirm(results + results[:2], top=2, rounds=3, max_sets=1, slow_retakes=0)
+    assert best.ok and best.extra["reconfirmed"] and best.confirmed and u.best is best
     # the two timed again, then the faster of those 3 times more: the figure is their samples
     assert len(timings) == 5 and {r.config.index for r in timings[2:]} == {best.config.index}
     assert best.extra["rounds"] == 3
-    assert len(best.costs) == 3 * u.measurer.options.confirm_repeat
+    assert len(best.costs) == 3 * u.session.measurer.options.confirm_repeat
     assert best.costs != timings[2].costs
     top2 = {r.config.index for r in sorted(results, key=lambda r: -r.gflops)[:2]}
     assert best.config.index in top2 and best.costs != next(
         r.costs for r in results if r.config.index == best.config.index)  # new samples
-    assert u.trials == trials and len(u.records) == n_records and u.meter.run > timed
-    assert u.reconfirm([]) is None
+    assert u.trials == trials and len(u.session.records) == n_records and u.meter.run > timed
+    assert u.session.reconfirm([]) is None
     env.close()
 
 
@@ -218,20 +218,20 @@ def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monk
                                                                  slowdowns, sets, reported):
     env = make(measurer)
     u = env.unwrapped
-    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 3))
+    results = u.session.measure(u.space.sample_unique(np.random.default_rng(1), 3))
     top = max((r for r in results if r.ok), key=lambda r: r.gflops)
     calls = []
-    k = u.measurer.options.confirm_repeat
+    k = u.session.measurer.options.confirm_repeat
 
     def confirm(w, r):  # the top config's time from the tune, slowed per set of 2 rounds
         calls.append(r)
         slow = slowdowns[min((len(calls) - 2) // 2, len(slowdowns) - 1)] if len(calls) > 1 \
             else 1.0
         return dataclasses.replace(r, costs=(top.median * slow,) * k,
-                                   extra={**r.extra, "confirmed": True})
+                                   confirmed=True)
 
-    monkeypatch.setattr(u.measurer, "confirm", confirm)
-    best = u.reconfirm([top], top=1, rounds=2, tolerance=0.05, max_sets=3)
+    monkeypatch.setattr(u.session.measurer, "confirm", confirm)
+    best = u.session.reconfirm([top], top=1, rounds=2, tolerance=0.05, max_sets=3)
     assert len(calls) == 1 + 2 * sets
     assert best.config.index == top.config.index and best.extra["reconfirmed"]
     assert best.extra.get("sets", 1) == sets and best.extra["rounds"] == 2
@@ -254,29 +254,29 @@ def test_reconfirm_takes_a_set_of_rounds_again_where_it_disagrees(measurer, monk
 ])
 def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
         measurer, monkeypatch, calibration, set_slowdowns, retakes, sets, reported):
-    from tensorgym.envs import tensor_sched
+    from tensorgym import session as session_module
 
     env = make(measurer)
     u = env.unwrapped
-    results = u.measure(u.space.sample_unique(np.random.default_rng(1), 3))
+    results = u.session.measure(u.space.sample_unique(np.random.default_rng(1), 3))
     top = max((r for r in results if r.ok), key=lambda r: r.gflops)
-    k, calls, waits = u.measurer.options.confirm_repeat, [], []
+    k, calls, waits = u.session.measurer.options.confirm_repeat, [], []
 
     def confirm(w, r):  # the first confirmation, then one set of 2 rounds per slowdown
         n = len(calls)
         calls.append(r)
         slow = set_slowdowns[min((n - 1) // 2, len(set_slowdowns) - 1)] if n else 1.0
         return dataclasses.replace(r, costs=(top.median * slow,) * k,
-                                   extra={**r.extra, "confirmed": True})
+                                   confirmed=True)
 
     def slowdown(mark):  # the calibration's slowdown during the set just taken
         taken = (len(calls) - 1) // 2
         return calibration[min(taken - 1, len(calibration) - 1)]
 
-    monkeypatch.setattr(u.measurer, "confirm", confirm)
-    monkeypatch.setattr(u.measurer, "slowdown", slowdown)
-    monkeypatch.setattr(tensor_sched.time, "sleep", waits.append)
-    best = u.reconfirm([top], top=1, rounds=2, max_sets=3, slow=0.25, slow_retakes=2,
+    monkeypatch.setattr(u.session.measurer, "confirm", confirm)
+    monkeypatch.setattr(u.session.measurer, "slowdown", slowdown)
+    monkeypatch.setattr(session_module.time, "sleep", waits.append)
+    best = u.session.reconfirm([top], top=1, rounds=2, max_sets=3, slow=0.25, slow_retakes=2,
                        slow_wait=2.0)
     assert waits == [2.0] * retakes and best.extra.get("slow_retakes", 0) == retakes
     assert len(calls) == 1 + 2 * (retakes + sets)
@@ -286,7 +286,7 @@ def test_reconfirm_sets_aside_a_set_timed_while_the_machine_ran_slow(
 
 
 def test_measurer_slowdown_compares_calibrations_since_a_mark_with_those_before():
-    m = Measurer("cpu", MeasureOptions())
+    m = LocalMeasurer("cpu", MeasureOptions())
     try:
         assert m.slowdown(m.calibrations()) is None
         for seconds in (1.0, 1.1, 0.9, 1.0, 1.3):

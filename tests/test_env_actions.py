@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tensorgym.errors import InvalidConfigError, StepError, TensorGymError
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.records import Records
 from tensorgym.workloads import matmul
 
@@ -19,7 +19,7 @@ N_ACTIONS = 1000
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", FAST)
+    m = LocalMeasurer("cpu", FAST)
     yield m
     m.close()
 
@@ -191,7 +191,7 @@ def test_failures_outside_the_action_raise_step_error(measurer, monkeypatch):
 def test_a_damaged_stored_reference_time_is_measured_again(measurer, monkeypatch, stored):
     env = make(measurer)
     u = env.unwrapped
-    monkeypatch.setattr(u.records, "reference", lambda *args: stored)
+    monkeypatch.setattr(u.session.records, "reference", lambda *args: stored)
     env.reset(seed=0)
-    _, reward, *_ = env.step(u.space.check_choices(u.reference_config.choices))
-    assert math.isfinite(reward) and math.isfinite(u.reference_seconds) and u.reference_seconds > 0
+    _, reward, *_ = env.step(u.space.check_choices(u.session.reference_config.choices))
+    assert math.isfinite(reward) and math.isfinite(u.session.reference_seconds) and u.session.reference_seconds > 0

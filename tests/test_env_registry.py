@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env, data_equivalence
 import tensorgym  # noqa: F401  (registers the ids)
 from tensorgym.envs import env_ids
 from tensorgym.errors import TargetUnavailableError
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
 from tensorgym.hardware.runtime import get_runtime
 from tensorgym.records import Records
 from tensorgym.templates import TARGETS
@@ -53,7 +53,7 @@ def test_check_env_without_measuring(env_id):
     u = env.unwrapped
     assert len(u.space.knobs) > 2  # check_env takes <= 2 steps per episode: no program completes
     check_env(u)
-    assert u.trials == 0 and u._measurer is None
+    assert u.trials == 0 and u.session._measurer is None
     env.close()
 
 
@@ -86,7 +86,7 @@ def test_pickle_round_trip(env_id):
     assert v.workload == u.workload and v.space == u.space and v.target == u.target
     assert v._partial == u._partial == [0, 0] and v.invalid_actions == u.invalid_actions == 1
     assert v.np_random.bit_generator.state == u.np_random.bit_generator.state
-    assert v.spec == u.spec and v._measurer is None
+    assert v.spec == u.spec and v.session._measurer is None
     assert data_equivalence(env.step(1), copy.step(1), exact=True)
     assert data_equivalence(env.reset(seed=2), copy.reset(seed=2), exact=True)
     assert pickle.loads(pickle.dumps(u)).space == u.space
@@ -114,7 +114,7 @@ def measurers():
 
     def get(target: str) -> Measurer:
         if target not in made:
-            made[target] = Measurer(target, FAST)
+            made[target] = LocalMeasurer(target, FAST)
         return made[target]
 
     yield get
@@ -167,13 +167,13 @@ def test_pickled_env_keeps_its_records(tmp_path, measurers):
     env.reset(seed=0)
     env.step(env.action_space.sample())
     copy = pickle.loads(pickle.dumps(env))
-    assert copy.unwrapped.records.path == env.unwrapped.records.path
+    assert copy.unwrapped.session.records.path == env.unwrapped.session.records.path
     assert copy.unwrapped.trials == 1 and copy.unwrapped.best == env.unwrapped.best
     # the copy starts its own measurer and finds the measurement in the database
     copy.unwrapped.history.clear()
-    again = copy.unwrapped.measure([env.unwrapped.history[0].config])[0]
+    again = copy.unwrapped.session.measure([env.unwrapped.history[0].config])[0]
     assert again.cached and again.costs == env.unwrapped.history[0].costs
-    assert copy.unwrapped.measurer is not measurers("cpu")
+    assert copy.unwrapped.session.measurer is not measurers("cpu")
     copy.close()  # closes only the copy's own measurer
     assert env.step(env.action_space.sample())[4]["trials"] == 2
 

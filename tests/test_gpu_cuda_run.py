@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from tensorgym.errors import ErrorCode, TargetUnavailableError
-from tensorgym.hardware.measure import MeasureOptions, Measurer
+from tensorgym.measure import MeasureOptions, LocalMeasurer
 from tensorgym.hardware.runtime import get_runtime
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.templates.gpu import sample_valid_configs
@@ -51,7 +51,7 @@ def test_random_config_matches_numpy(runtime, i):
 def test_measurer_builds_in_builders_and_times_in_its_worker(runtime):
     workload = CONFIGS[0][0]
     configs = [c for w, c in CONFIGS if w is workload][:6]
-    m = Measurer("cuda", MeasureOptions(repeat=3, min_repeat_ms=1.0))
+    m = LocalMeasurer("cuda", MeasureOptions(repeat=3, min_repeat_ms=1.0))
     try:
         results = m.measure(workload, configs)
         assert m.device.startswith("cuda:")

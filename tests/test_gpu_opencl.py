@@ -93,14 +93,14 @@ def test_device_limits_are_reported(runtimes):
 
 def test_measurer_on_opencl_checks_limits_then_measures(runtimes):
     from tensorgym.errors import ErrorCode
-    from tensorgym.hardware.measure import MeasureOptions, Measurer
+    from tensorgym.measure import MeasureOptions, LocalMeasurer
     from tensorgym.templates import default_config, space_for
 
     workload = matmul(64, 128, 16)
     too_many_threads = space_for(workload, "opencl").from_values(
         {"tile_i": (1, 1, 64, 1), "tile_j": (1, 1, 128, 1), "tile_rk": (1, 1, 16),
          "auto_unroll_max_step": 0, "unroll_explicit": 0, "vec_load": 1})
-    measurer = Measurer("opencl", MeasureOptions(n_parallel=1, repeat=2, min_repeat_ms=1))
+    measurer = LocalMeasurer("opencl", MeasureOptions(n_parallel=1, repeat=2, min_repeat_ms=1))
     try:
         limit = measurer.runtime.limits()["max_threads_per_block"]
         good, bad = measurer.measure(workload, [default_config(workload, "opencl"), too_many_threads])

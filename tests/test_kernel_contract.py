@@ -6,10 +6,10 @@ import pytest
 
 from tensorgym import loopast as A
 from tensorgym.errors import ErrorCode, TargetUnavailableError
-from tensorgym.hardware.measure import MeasureOptions, Measurer
+from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
 from tensorgym.hardware.runtime import GUARD
-from tensorgym.hardware.result import RunResult
-from tensorgym.hardware.worker import Reference, run_job
+from tensorgym.measure.result import RunResult
+from tensorgym.measure.worker import Reference, run_job
 from tensorgym.lower import lower
 from tensorgym.templates import default_config
 from tensorgym.workloads import matmul
@@ -112,7 +112,7 @@ CRASH_CASES = [
 
 
 def _measurer(target: str, **runtime_kwargs) -> Measurer:
-    m = Measurer(target, OPTS, **runtime_kwargs)
+    m = LocalMeasurer(target, OPTS, **runtime_kwargs)
     try:
         m.runtime.check_available()
     except TargetUnavailableError as e:

@@ -6,8 +6,9 @@ import pytest
 
 from tensorgym import loopast as A
 from tensorgym.errors import ErrorCode, LoweringBugWarning
-from tensorgym.hardware import measure as measure_module
-from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions
+from tensorgym.measure import local as measure_module
+from tensorgym.measure.build import Builder
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import matmul
 
@@ -38,7 +39,7 @@ def zeros(a, b, c):
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", MeasureOptions(timeout=3.0, repeat=2, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(timeout=3.0, repeat=2, min_repeat_ms=1))
     yield m
     m.close()
 
@@ -78,7 +79,7 @@ def test_device_fingerprint(measurer):
 def test_a_build_timeout_kills_the_stuck_builder_and_the_measurer_recovers():
     w = matmul(64, 64, 64)
     configs = space_for(w, "cpu").sample(np.random.default_rng(3), 3)
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2,
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=2,
                                        build_timeout=1e-4))
     try:
         results = m.measure(w, configs)
@@ -124,7 +125,7 @@ def test_a_lowering_bug_is_not_an_invalid_config(monkeypatch):
 def test_a_lowering_bug_in_a_builder_process_is_loud(monkeypatch, request):
     assert "error::tensorgym.errors.LoweringBugWarning" in request.config.getini("filterwarnings")
     monkeypatch.setattr(measure_module, "Builder", _BuggyBuilder)
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=1))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, n_parallel=1))
     try:
         with pytest.warns(LoweringBugWarning, match="injected lowering bug"):
             r = m.measure(W, [default_config(W, "cpu")])[0]

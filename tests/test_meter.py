@@ -64,12 +64,12 @@ def test_since_and_report():
 
 
 def test_measurement_time_comes_from_the_measurers_clocks():
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import space_for
     from tensorgym.workloads import matmul
 
     w = matmul(16, 16, 16)
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1))
     try:
         results = m.measure(w, space_for(w, "cpu").sample(np.random.default_rng(0), 3))
     finally:

@@ -48,7 +48,7 @@ def test_code_from_stdin_and_from_c_takes_a_step(tmp_path):
 HANG = textwrap.dedent("""
     import sys
     from tensorgym import loopast as A
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import space_for
     from tensorgym.workloads import matmul
     import numpy as np
@@ -58,7 +58,7 @@ HANG = textwrap.dedent("""
     row = A.BinOp("%", i, A.IntImm(8))
     body = A.For(i, 10**15, "serial", A.Store(c, (row, A.IntImm(0)),
                  A.BinOp("+", A.Load(c, (row, A.IntImm(0))), A.Load(a, (row, A.IntImm(1))))))
-    m = Measurer("cpu", MeasureOptions(timeout=600, n_parallel=2))
+    m = LocalMeasurer("cpu", MeasureOptions(timeout=600, n_parallel=2))
     configs = space_for(w, "cpu").sample(np.random.default_rng(0), 4)
     m.measure(w, configs)  # starts both builders and the worker
     print("hanging", flush=True)
@@ -211,11 +211,11 @@ def test_a_waiting_timer_goes_before_later_builds(tmp_path):
 TIME_SOME = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import space_for
     from tensorgym.workloads import matmul
     w = matmul(64, 64, 64)
-    m = Measurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=20, compile_cache=False))
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=20, compile_cache=False))
     configs = space_for(w, "cpu").sample(np.random.default_rng(int(sys.argv[1])), 6)
     print(json.dumps([r.extra["timed"] for r in m.measure(w, configs) if r.ok]))
     m.close()
@@ -242,9 +242,9 @@ def test_an_env_owns_its_feature_helpers_and_close_stops_them():
     env = gym.make("TensorSched-v0", workload=tensorgym.matmul(16, 8, 12), target="cpu",
                    records=False)
     u = env.unwrapped
-    u.featurizer.featurize(u.workload, u.space.sample(np.random.default_rng(0), 300), n_jobs=2,
+    u.session.featurizer.featurize(u.workload, u.space.sample(np.random.default_rng(0), 300), n_jobs=2,
                            fast=False)  # lowered on helper processes
-    helpers = [c.proc.pid for c in u.featurizer.helpers.pool.children if c.alive]
+    helpers = [c.proc.pid for c in u.session.featurizer.helpers.pool.children if c.alive]
     assert helpers
     env.close()
     assert not survivors(set(helpers), within=5.0)

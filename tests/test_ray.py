@@ -19,8 +19,10 @@ ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'tens
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from tensorgym.errors import ErrorCode, TensorGymError  # noqa: E402
-from tensorgym.hardware.measure import Measurer, MeasureOptions  # noqa: E402
+from tensorgym.measure import MeasureOptions  # noqa: E402
+from tensorgym.measure.ray import RayMeasurer  # noqa: E402
 from tensorgym.records import Records  # noqa: E402
+from tensorgym.session import make_measurer  # noqa: E402
 from tensorgym.templates import default_config, space_for  # noqa: E402
 from tensorgym.workloads import matmul  # noqa: E402
 
@@ -47,16 +49,16 @@ def _no_overlap(windows: list[tuple[float, float]]) -> bool:
 
 
 def test_import_tensorgym_does_not_import_ray():
-    code = ("import sys, tensorgym, tensorgym.envs, tensorgym.cli, tensorgym.hardware.measure;"
+    code = ("import sys, tensorgym, tensorgym.envs, tensorgym.cli, tensorgym.measure;"
             "sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_bad_runner_and_local_runner_arguments_are_refused():
-    with pytest.raises(TensorGymError, match="unknown runner"):
-        Measurer("cpu", runner="mpi")
-    with pytest.raises(TensorGymError, match="runner='ray'"):
-        Measurer("cpu", address="auto")
+def test_bad_measure_and_replay_arguments_are_refused():
+    with pytest.raises(TensorGymError, match="unknown measure"):
+        make_measurer("cpu", measure="mpi")
+    with pytest.raises(TensorGymError, match="drop ray="):
+        make_measurer("cpu", measure="replay", dataset="x.parquet", ray="auto")
 
 
 @pytest.fixture(scope="class")
@@ -94,8 +96,8 @@ class TestLocalRay:
         w = matmul(64, 64, 64)
         bests = {}
         for runner in ("local", "ray"):
-            m = Measurer("cpu", MeasureOptions(repeat=3, min_repeat_ms=2), runner=runner,
-                         num_threads=1)
+            m = make_measurer("cpu", options=MeasureOptions(repeat=3, min_repeat_ms=2),
+                              num_threads=1, ray=runner == "ray")
             env = make_env(w, "cpu", budget=8, records=False, measurer=m)
             try:
                 history = tune(env, RandomSearch(), 8, seed=0)
@@ -111,13 +113,13 @@ class TestLocalRay:
     def test_a_crashing_kernel_costs_only_the_actors_worker(self):
         from .test_measure import W as W8, _program, segfault  # an 8x8x8 kernel that segfaults
 
-        m = Measurer("cpu", FAST, runner="ray")
+        m = RayMeasurer("cpu", FAST)
         cfg = default_config(W8, "cpu")
         try:
             crash = m.run_program(W8, _program(segfault), cfg)
             assert crash.error == ErrorCode.RUNTIME_DEVICE and "died" in crash.error_msg
             assert m.measure(W8, [cfg])[0].ok  # the actor's worker restarted
-            assert m.confirm(W8, m.measure(W8, [cfg])[0]).extra["confirmed"]
+            assert m.confirm(W8, m.measure(W8, [cfg])[0]).confirmed
         finally:
             m.close()
 
@@ -142,8 +144,8 @@ class TestLocalRay:
 
     def test_no_matching_device_fails_fast_listing_the_cluster(self):
         with pytest.raises(TensorGymError, match="no cpu device of kind 'cpu/No Such CPU'") as e:
-            Measurer("cpu", FAST, runner="ray", device="cpu/No Such CPU")
-        m = Measurer("cpu", FAST, runner="ray")
+            RayMeasurer("cpu", FAST, device="cpu/No Such CPU")
+        m = RayMeasurer("cpu", FAST)
         m.close()
         assert "2 CPUs, 0 GPUs" in str(e.value) and f"[{m.device}]" in str(e.value)
 
@@ -151,11 +153,11 @@ class TestLocalRay:
 class TestTwoNodes:
     def test_each_device_times_one_kernel_at_a_time(self, cluster):
         configs = space_for(W, "cpu").sample(np.random.default_rng(0), 8)
-        m = Measurer("cpu", FAST, runner="ray", address=cluster[0].address)
+        m = RayMeasurer("cpu", FAST, address=cluster[0].address)
         try:
-            assert len(m._ray.devices) == 2  # one per node, both this machine's CPU
+            assert len(m.devices) == 2  # one per node, both this machine's CPU
             results = dict(m.measure_iter(W, configs))
-            windows = m._ray.timed_windows()
+            windows = m.runner.timed_windows()
         finally:
             m.close()
         assert sorted(results) == list(range(8))
@@ -168,7 +170,7 @@ class TestTwoNodes:
         c, worker, seen = cluster
         configs = space_for(W, "cpu").sample(np.random.default_rng(1), 16)
         # no compile cache: builds take long enough that both nodes still have work at the kill
-        m = Measurer("cpu", replace(FAST, compile_cache=False), runner="ray")
+        m = RayMeasurer("cpu", replace(FAST, compile_cache=False))
         records = Records(tmp_path / "records.db")
         got: list[int] = []
         killed = False

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from tensorgym.errors import ErrorCode, RecordsError, TensorGymError
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 from tensorgym.records import Records
 from tensorgym.templates import space_for
 from tensorgym.workloads import matmul

@@ -11,9 +11,10 @@ import pytest
 
 import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym import registry
-from tensorgym.dataset import Dataset, ReplayMeasurer, ReplayMissError, VirtualTimeBudget
+from tensorgym.dataset import Dataset, ReplayMeasurer, ReplayMissError
+from tensorgym.search import VirtualTimeBudget
 from tensorgym.errors import ErrorCode, TensorGymError
-from tensorgym.hardware.measure import MeasureOptions
+from tensorgym.measure import MeasureOptions
 from tensorgym.records import Records
 from tensorgym.search import tune
 from tensorgym.workloads import get_workload
@@ -50,7 +51,7 @@ def test_a_recorded_config_returns_its_recorded_samples(db):
     results = drawn.measure(w, task.configs * 5)
     for c, r in zip(task.configs * 5, results):
         (s,) = samples[c.index]
-        assert r.extra["source"] == "recorded" and r.cached
+        assert r.source == "recorded" and r.cached
         assert (r.error, r.build_time, r.run_time) == (s.error, s.build_time, s.run_time)
         assert set(r.costs) <= set(s.costs) and len(r.costs) == len(s.costs)
     for c, r in zip(task.configs, exact.measure(w, task.configs)):
@@ -69,8 +70,8 @@ def test_on_miss_error_raises_before_anything_changes(db):
     with pytest.raises(ReplayMissError, match="on_miss='nearest', 'surrogate' or 'measure'"):
         env.step(np.array(miss.choices))
     with pytest.raises(TensorGymError):
-        u.measure([task.configs[0], miss])
-    assert u.trials == 0 and u.history == [] and u.virtual_time == 0
+        u.session.measure([task.configs[0], miss])
+    assert u.trials == 0 and u.history == [] and u.session.virtual_time == 0
 
 
 def first_misses(db, n):
@@ -85,8 +86,8 @@ def test_on_miss_nearest_answers_with_the_nearest_record_marked_surrogate(db):
     u = env.unwrapped
     task, samples = recorded(db)
     for c in first_misses(db, 5):
-        (r,) = u.measure([c])
-        assert r.extra["source"] == "surrogate" and r.extra["surrogate"] == "nearest"
+        (r,) = u.session.measure([c])
+        assert r.source == "surrogate" and r.extra["surrogate"] == "nearest"
         near = r.extra["nearest"]
         assert near in samples and set(r.costs) <= set(samples[near][0].costs)
         differ = sum(a != b for a, b in zip(c.choices, u.space.get(near).choices))
@@ -107,7 +108,7 @@ def test_on_miss_surrogate_is_fitted_once_cached_and_never_recorded(db, tmp_path
     assert len(cached) == 1
     stamp = cached[0].stat().st_mtime_ns
     again = make(db, on_miss="surrogate").unwrapped
-    assert [r.gflops for r in again.measure(misses)] == [i["gflops"] for i in infos]
+    assert [r.gflops for r in again.session.measure(misses)] == [i["gflops"] for i in infos]
     assert cached[0].stat().st_mtime_ns == stamp  # loaded, not fitted again
 
 
@@ -117,18 +118,18 @@ def test_on_miss_measure_measures_here_and_records_it(db, tmp_path):
     u = env.unwrapped
     (miss,) = first_misses(db, 1)
     task, _ = recorded(db)
-    results = u.measure([task.configs[0], miss])
-    assert [r.extra["source"] for r in results] == ["recorded", "measured"]
+    results = u.session.measure([task.configs[0], miss])
+    assert [r.source for r in results] == ["recorded", "measured"]
     assert not results[1].cached and results[1].ok
     (rec,) = records.query()
-    assert rec.config_json == miss.to_json() and rec.device == u.device
+    assert rec.config_json == miss.to_json() and rec.device == u.session.device
     env.close()
 
 
 def test_on_miss_measure_refuses_to_mix_devices(db):
     env = make(db, on_miss="measure", num_threads=2, measure_options=FAST)
     with pytest.raises(TensorGymError, match="would mix devices"):
-        env.unwrapped.measure(first_misses(db, 1))
+        env.unwrapped.session.measure(first_misses(db, 1))
     env.close()
 
 
@@ -146,7 +147,7 @@ def test_virtual_time_adds_up_and_budget_seconds_ends_the_episode(db):
     assert total >= sum(samples[c.index][0].build_time + samples[c.index][0].run_time
                         for c in confirmed)  # confirmations add their run time
     env.reset(seed=0)
-    assert env.unwrapped.virtual_time == 0.0
+    assert env.unwrapped.session.virtual_time == 0.0
     first = samples[task.configs[0].index][0]
     env = make(db, budget_seconds=(first.build_time + first.run_time) / 2)
     env.reset(seed=0)
@@ -200,9 +201,9 @@ def test_observations_are_the_live_features(db):
         u = env.unwrapped
         for c in task.configs[:3]:
             obs = env.step(np.array(c.choices))[0]
-            np.testing.assert_array_equal(obs, u.featurizer.featurize(u.workload, [c], mode)[0])
+            np.testing.assert_array_equal(obs, u.session.featurizer.featurize(u.workload, [c], mode)[0])
         np.testing.assert_array_equal(u.featurize(task.configs),
-                                      u.featurizer.featurize(u.workload, task.configs, mode))
+                                      u.session.featurizer.featurize(u.workload, task.configs, mode))
 
 
 def test_gymnasium_and_sb3_checkers_pass_in_replay_mode(db):
@@ -222,7 +223,7 @@ def test_agents_and_baselines_run_on_replay_unchanged(db):
         env.reset(seed=0)
         results = tune(env, registry.make(name), 8, seed=0)
         assert len(results) == 8 and all(r.cached for r in results)
-        assert Counter(r.extra["source"] for r in results).keys() <= {"recorded", "surrogate"}
+        assert Counter(r.source for r in results).keys() <= {"recorded", "surrogate"}
     env = make(db, on_miss="nearest", budget=100)
     env.reset(seed=0)
     stop = VirtualTimeBudget(env, 1e-9)
@@ -245,6 +246,6 @@ def test_the_reference_is_the_median_of_its_records(db):
     env = make(db)
     u = env.unwrapped
     task, samples = recorded(db)
-    (s,) = samples[u.reference_config.index]
-    assert u.reference_seconds == pytest.approx(float(np.median(s.costs)))
+    (s,) = samples[u.session.reference_config.index]
+    assert u.session.reference_seconds == pytest.approx(float(np.median(s.costs)))
     assert s.error == ErrorCode.NO_ERROR

@@ -20,7 +20,7 @@ import pytest
 import tensorgym.envs  # noqa: F401  (registers the envs)
 from tensorgym.cli import main
 from tensorgym.errors import TensorGymError
-from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.records import Records
 from tensorgym.templates import space_for
 
@@ -127,7 +127,7 @@ def test_killed_tune_leaves_the_database_intact_and_resumes(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def measurer():
-    m = Measurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1), num_threads=1)
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1), num_threads=1)
     yield m
     m.close()
 
@@ -145,14 +145,14 @@ def test_unwritable_database_keeps_measured_results(measurer, tmp_path):
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
     with pytest.raises(TensorGymError) as e:
-        u.measure(configs)
+        u.session.measure(configs)
     other.execute("ROLLBACK")
     other.close()
     side = tmp_path / f"r.db.unsaved-{os.getpid()}.jsonl"
     assert str(path) in str(e.value) and str(side) in str(e.value)
     db = Records(path)
     assert len(db) == 0 and db.restore(side) == 4
-    kept = db.results(u.workload, "cpu", u.device, u.space)
+    kept = db.results(u.workload, "cpu", u.session.device, u.space)
     assert [r.config for r in kept] == configs
     assert all(r.ok and r.gflops > 0 for r in kept)  # the measured times, not placeholders
     env.close()
@@ -164,7 +164,7 @@ def test_doctored_reference_time_is_measured_again(measurer, tmp_path, stored):
     env = make_env(measurer, str(path))
     env.reset(seed=0)
     u = env.unwrapped
-    assert u.reference_seconds > 0
+    assert u.session.reference_seconds > 0
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("UPDATE references_ SET seconds = ?", (stored,))
     con.close()
@@ -172,9 +172,9 @@ def test_doctored_reference_time_is_measured_again(measurer, tmp_path, stored):
     env2.reset(seed=0)
     with pytest.warns(UserWarning, match="reference time"):
         _, reward, *_ = env2.step(env2.action_space.sample())
-    assert math.isfinite(reward) and env2.unwrapped.reference_seconds > 0
-    ref = Records(path).reference(u.workload.key, "cpu", u.device,
-                                  u.reference_config.to_json())
+    assert math.isfinite(reward) and env2.unwrapped.session.reference_seconds > 0
+    ref = Records(path).reference(u.workload.key, "cpu", u.session.device,
+                                  u.session.reference_config.to_json())
     assert ref is not None and ref > 0  # replaced by the new measurement
     env.close()
     env2.close()
@@ -187,7 +187,7 @@ def test_tune_writes_back_what_a_failed_write_set_aside(tmp_path, capsys):
     held = sqlite3.connect(db, isolation_level=None)
     held.execute("BEGIN EXCLUSIVE")  # the next batch cannot be written
     records = Records(db, timeout=0.05, retry_delays=())
-    m = Measurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1), num_threads=1)
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=1, min_repeat_ms=1), num_threads=1)
     try:
         w = matmul(16, 16, 16)
         batch = m.measure(w, space_for(w, "cpu").sample(np.random.default_rng(9), 3))

@@ -13,7 +13,7 @@ from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
 from tensorgym.errors import ErrorCode
 from tensorgym.features import featurize
 from tensorgym.features.ast import NODE_TYPES, ast_arrays
-from tensorgym.hardware.result import MeasureResult
+from tensorgym.measure.result import MeasureResult
 from tensorgym.lower import lower
 from tensorgym.records import Records
 from tensorgym.templates import space_for

@@ -71,7 +71,7 @@ def test_seed_kernels_are_correct_against_numpy(workload, measurer):
     env = make_env(workload, measurer, records=False)
     try:
         seeds = seed_configs(workload, "cpu")
-        results = env.unwrapped.measure(seeds)
+        results = env.unwrapped.session.measure(seeds)
     finally:
         env.close()
     assert [r.error_msg for r in results if not r.ok] == []

@@ -116,12 +116,12 @@ def test_kill_9_of_the_parent_ends_the_zygote_and_its_busy_forks():
 
 
 def test_a_cpu_measurers_worker_is_a_fork_of_its_zygote():
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import default_config
     from tensorgym.workloads import matmul
 
     w = matmul(32, 32, 32)
-    m = Measurer("cpu", MeasureOptions(calibrate=False))
+    m = LocalMeasurer("cpu", MeasureOptions(calibrate=False))
     try:
         (r,) = m.measure(w, [default_config(w, "cpu")])
         assert r.ok
@@ -135,14 +135,14 @@ def test_a_cpu_measurers_worker_is_a_fork_of_its_zygote():
 
 
 def test_without_pidfds_a_cpu_measurer_starts_its_workers_anew(monkeypatch):
-    import tensorgym.hardware.measure as measure
-    from tensorgym.hardware.measure import Measurer, MeasureOptions
+    import tensorgym.measure.local as measure
+    from tensorgym.measure import LocalMeasurer, MeasureOptions
     from tensorgym.templates import default_config
     from tensorgym.workloads import matmul
 
     monkeypatch.setattr(measure, "zygote_supported", lambda: False)
     w = matmul(32, 32, 32)
-    m = Measurer("cpu", MeasureOptions(calibrate=False))
+    m = LocalMeasurer("cpu", MeasureOptions(calibrate=False))
     try:
         (r,) = m.measure(w, [default_config(w, "cpu")])
         assert r.ok and m._zygote is None and _parent_of(m._worker.proc.pid) == os.getpid()

@@ -8,7 +8,7 @@ from typing import Any
 
 _EXPORTS = {
     "Dataset": "data", "DatasetError": "data", "Task": "data",
-    "ReplayMeasurer": "replay", "ReplayMissError": "replay", "VirtualTimeBudget": "replay",
+    "ReplayMeasurer": "replay", "ReplayMissError": "replay",
     "ON_MISS": "replay", "SOURCES": "replay",
     "collect": "collection", "CollectReport": "collection", "make_measurer": "collection",
 }

@@ -11,7 +11,6 @@ record has all its samples. Each record keeps how it was measured (``options``: 
 options, threads, and the strategy under ``collect``)."""
 from __future__ import annotations
 
-import inspect
 import os
 import time
 import zlib
@@ -20,9 +19,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .. import registry
 from ..errors import TensorGymError
-from ..hardware.measure import Measurer, MeasureOptions
+from ..measure import MeasureOptions, Measurer
 from ..records import Records
+from ..search import ProgressBar, tune
+from ..session import TuningSession
+from ..session import make_measurer as make_session_measurer
+from ..hardware.host import available_cpus
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 
@@ -50,16 +54,8 @@ def make_measurer(target: str, threads: int = 0, ray: "str | bool | None" = None
     """The measurer of a collection: ``threads`` CPU threads (0: all cores); ``ray``: None for
     this machine, else measure through Ray (``True``/"" for a local or default cluster, or its
     address)."""
-    target = canonical_target(target)
-    kwargs: dict[str, Any] = {"num_threads": threads} if target == "cpu" and threads else {}
-    options = options or MeasureOptions()
-    if ray is None or ray is False:
-        return Measurer(target, options, **kwargs)
-    if "runner" not in inspect.signature(Measurer.__init__).parameters:
-        raise TensorGymError("--ray: this tensorgym's Measurer has no Ray runner (runner=, "
-                             "address=); measure on this machine without --ray")
-    address = ray if isinstance(ray, str) and ray else None
-    return Measurer(target, options, runner="ray", address=address, **kwargs)
+    return make_session_measurer(target, options=options, num_threads=threads,
+                                 ray=None if ray is False else ray)
 
 
 def collect(workloads: Sequence["str | Workload"], target: str = "cpu", n_configs: int = 100,
@@ -128,10 +124,6 @@ def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, see
 def _agent(w: Workload, target: str, n: int, records: Records, m: Measurer, seed: int,
            progress: bool, batch_size: int, opts: dict, agent: str,
            agent_options: dict) -> CollectReport:
-    from .. import registry
-    from ..envs.tensor_sched import TensorSchedEnv
-    from ..search import ProgressBar, tune
-
     t0 = time.perf_counter()
     strategy = registry.make(agent, **agent_options)
     reference = default_config(w, target)
@@ -140,16 +132,16 @@ def _agent(w: Workload, target: str, n: int, records: Records, m: Measurer, seed
         # replay's rewards need it; not one of the tune's trials
         records.add_many(w, target, m.device, m.measure(w, [reference]), options=opts)
         measured_ref = 1
-    env = TensorSchedEnv(w, target, budget=n, records=records, use_cache=True, measurer=m,
-                         early_stop=0, **getattr(strategy, "env_kwargs", {}))
-    env.record_options = opts
+    session = TuningSession(w, target, budget=n, records=records, use_cache=True, measurer=m,
+                            early_stop=0)
+    session.record_options = opts
     bar = ProgressBar(n, f"{agent} {w.label}") if progress else None
     try:
-        results = tune(env, strategy, n, seed=seed, callbacks=[bar] if bar else [])
+        results = tune(session, strategy, n, seed=seed, callbacks=[bar] if bar else [])
     finally:
         if bar is not None:
             bar.close()
-        env.close()
+        session.close()
     device = m.device
     fresh = [r for r in results if not r.cached]
     _set_reference(records, w, target, device, reference)
@@ -172,8 +164,6 @@ def _best(records: Records, w: Workload, target: str, device: str) -> float:
 
 
 def _cores() -> int:
-    from ..hardware.host import available_cpus
-
     return available_cpus()
 
 

@@ -11,7 +11,7 @@ is a miss, answered as ``on_miss`` says:
 - ``surrogate``: an XGBoost regression of the time on the features (``surrogate.py``);
 - ``measure``: measured on this machine, which must be the dataset's device.
 
-``extra["source"]`` of every result is ``recorded``, ``surrogate`` (nearest and surrogate
+``source`` of every result is ``recorded``, ``surrogate`` (nearest and surrogate
 answers: not a measurement of this config) or ``measured``; recorded and surrogate answers are
 ``cached`` (nothing was measured now) and a records database refuses to store them as
 measurements. ``build_time`` and ``run_time`` are what the recorded measurement took (a
@@ -31,10 +31,12 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import ErrorCode, InvalidConfigError, TensorGymError
-from ..hardware.measure import MeasureOptions
-from ..hardware.result import MeasureResult, spread
+from ..features import Featurizer, default_jobs
 from ..hardware.target import get_target
+from ..measure import LocalMeasurer, MeasureOptions, MeasurerDefaults
+from ..measure.result import MeasureResult, spread
 from ..space import Config, ConfigSpace
+from ..templates import check_config, space_for
 from ..workloads import Workload
 from .cache import CacheDir, feature_code_hash, load_rows, save_rows, short_hash
 from .data import Dataset, DatasetError, Task
@@ -123,7 +125,7 @@ class ReplayTask:
                 float(np.median([s.run_time for s in ok])))
 
 
-class ReplayMeasurer:
+class ReplayMeasurer(MeasurerDefaults):
     """A ``Measurer`` whose answers come from ``dataset`` (a path or a ``Dataset``: share one
     between envs to load it once). ``device``: the dataset's device to replay (default: its
     only one for ``target``, or for ``workload`` if given). ``seed``: of the draws (``reseed`` starts again). ``live``: the
@@ -131,7 +133,7 @@ class ReplayMeasurer:
     and ``runtime_kwargs``). ``cache_dir``: where feature rows and the surrogate are kept
     (default: ``<dataset>.cache`` beside it)."""
 
-    replay = True
+    timed = False  # its answers were timed when the dataset was collected
 
     def __init__(self, dataset: "str | os.PathLike | Dataset", target: str = "cpu",
                  on_miss: str = "error", device: Optional[str] = None, seed: int = 0,
@@ -205,24 +207,24 @@ class ReplayMeasurer:
             for i, r in zip(misses, self._answer_misses(task, [configs[i] for i in misses],
                                                         stop_slower_than, early_stop)):
                 out[i] = r
-        self.sources.update(r.extra["source"] for r in out)
+        self.sources.update(r.source for r in out)
         return out  # type: ignore[return-value]
 
     def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
         """A recorded answer: ``confirm_repeat`` samples drawn again from the config's records
         (its run time charged again); a live one: ``Measurer.confirm``; a surrogate one has
         nothing to confirm it with and comes back as it is, marked confirmed."""
-        source = result.extra.get("source")
+        source = result.source
         if source == "measured":
             return self._mark(self._with_live(lambda m: m.confirm(workload, result)), "measured")
         task = self.task(workload)
         p = task.index_of.get(result.config.index)
         if source != "recorded" or p is None:
-            return replace(result, extra={**result.extra, "confirmed": True})
+            return replace(result, confirmed=True)
         again = self._recorded(task, p, result.config, self.options.confirm_repeat)
         return replace(again, build_time=result.build_time,
                        run_time=result.run_time + again.run_time,
-                       extra={**again.extra, "confirmed": True, "screened_costs": result.costs})
+                       confirmed=True, extra={**again.extra, "screened_costs": result.costs})
 
     def describe(self) -> dict:
         return {"target": self.target, "device": self.device, "replay": self.dataset.path,
@@ -268,10 +270,13 @@ class ReplayMeasurer:
                                  f"record in {self.dataset.path} ({r.error.name})")
         return r.median
 
-    def featurize(self, workload: Workload, configs: Sequence[Config], mode: str,
-                  compute: Callable[[list[Config]], np.ndarray]) -> np.ndarray:
+    def features(self, workload: Workload, configs: Sequence[Config], mode: str,
+                 compute: Callable[[list[Config]], np.ndarray]) -> np.ndarray:
         """Feature rows of ``configs``: recorded configs' from the cache beside the dataset
-        (computed and written there once), others by ``compute`` (kept in memory)."""
+        (computed and written there once), others by ``compute`` (kept in memory); modes the
+        cache does not keep, all by ``compute``."""
+        if mode not in CACHED_MODES:
+            return compute(list(configs))
         task = self.task(workload)
         rows = task.rows.get(mode)
         if rows is None:
@@ -303,20 +308,6 @@ class ReplayMeasurer:
                     extra[configs[i].index] = row
         return out
 
-    def recorded_row(self, workload: Workload, config: Config, mode: str) -> Optional[np.ndarray]:
-        """The cached feature row of a recorded config (None for a miss or another mode)."""
-        if mode not in CACHED_MODES:
-            return None
-        task = self.task(workload)
-        p = task.index_of.get(config.index)
-        if p is None or not (config.space_key is task.space.key
-                             or config.space_key == task.space.key):
-            return None
-        rows = task.rows.get(mode)
-        if rows is None:
-            rows = task.rows[mode] = self._task_rows(task, mode)
-        return rows[p]
-
     def task(self, workload: Workload) -> ReplayTask:
         if workload is self._last[0]:
             return self._last[1]
@@ -330,8 +321,6 @@ class ReplayMeasurer:
     # ---------------------------------------------------------------- internals
 
     def _load_task(self, workload: Workload) -> ReplayTask:
-        from ..templates import space_for
-
         space = space_for(workload, self.target)
         recs = self.dataset.task_records(workload.key, self.target, self.device)
         configs: list[Config] = []
@@ -377,7 +366,7 @@ class ReplayMeasurer:
             costs = tuple(self._rng.choices(costs, k=n or len(costs)))
         return ReplayResult(config, costs, s.error, s.error_msg, task.flops,
                             s.build_time, s.run_time, s.timestamp, cached=True,
-                            extra={"source": "recorded"})
+                            source="recorded")
 
     def _answer_misses(self, task: ReplayTask, configs: list[Config], stop_slower_than: float,
                        early_stop: float) -> list[MeasureResult]:
@@ -389,16 +378,14 @@ class ReplayMeasurer:
         out: list[Optional[MeasureResult]] = [None] * len(configs)
         valid = []
         limits = self.target_info.limits()
-        from ..templates import check_config
-
         for i, c in enumerate(configs):
             try:  # the template's own check answers exactly what a build would
                 check_config(task.workload, c, limits)
                 valid.append(i)
             except InvalidConfigError as e:
                 out[i] = ReplayResult(c, (), ErrorCode.INSTANTIATION_ERROR, str(e),
-                                       task.workload.flops, cached=True,
-                                       extra={"source": "surrogate", "surrogate": "check"})
+                                       task.workload.flops, cached=True, source="surrogate",
+                                       extra={"surrogate": "check"})
         if self.on_miss == "nearest":
             for i in valid:
                 out[i] = self._nearest(task, configs[i])
@@ -413,7 +400,7 @@ class ReplayMeasurer:
         score = (diff != 0).sum(1) + (np.abs(diff) / dims).sum(1) / (len(dims) + 1)
         p = int(np.argmin(score))
         r = self._recorded(task, p, config)
-        return replace(r, extra={"source": "surrogate", "surrogate": "nearest",
+        return replace(r, source="surrogate", extra={"surrogate": "nearest",
                                  "nearest": task.configs[p].index})
 
     def _surrogate(self, task: ReplayTask, configs: list[Config]) -> list[MeasureResult]:
@@ -433,8 +420,8 @@ class ReplayMeasurer:
         seconds = task.surrogate.predict_seconds(X)
         build, run = task.median_times()
         return [ReplayResult(c, (float(t),), ErrorCode.NO_ERROR, "", task.workload.flops,
-                              build, run, 0.0, cached=True,
-                              extra={"source": "surrogate", "surrogate": "xgboost"})
+                              build, run, 0.0, cached=True, source="surrogate",
+                              extra={"surrogate": "xgboost"})
                 for c, t in zip(configs, seconds)]
 
     def _task_rows(self, task: ReplayTask, mode: str) -> np.ndarray:
@@ -451,8 +438,6 @@ class ReplayMeasurer:
         return rows
 
     def _compute_rows(self, task: ReplayTask, configs: list[Config], mode: str) -> np.ndarray:
-        from ..features import Featurizer, default_jobs
-
         if self._featurizer is None:
             self._featurizer = Featurizer()
         return np.asarray(self._featurizer.featurize(task.workload, configs, mode,
@@ -461,9 +446,7 @@ class ReplayMeasurer:
 
     def _with_live(self, fn: Callable[[Any], Any]) -> Any:
         if self._live is None:
-            from ..hardware.measure import Measurer
-
-            self._live = Measurer(self.target, self.options, **self.runtime_kwargs)
+            self._live = LocalMeasurer(self.target, self.options, **self.runtime_kwargs)
         m = self._live
         if not self._live_checked:
             if m.device != self.device:
@@ -480,7 +463,7 @@ class ReplayMeasurer:
 
     @staticmethod
     def _mark(r: MeasureResult, source: str) -> MeasureResult:
-        return replace(r, extra={**r.extra, "source": source})
+        return replace(r, source=source)
 
     def _miss_error(self, task: ReplayTask, missing: list[Config]) -> ReplayMissError:
         c = missing[0]
@@ -495,21 +478,4 @@ def _new_replay(*args: Any) -> ReplayMeasurer:
     return ReplayMeasurer(*args)
 
 
-class VirtualTimeBudget:
-    """A ``tensorgym.search.tune`` callback that ends the tune once ``env.unwrapped.virtual_time``
-    reaches ``seconds`` (checked after each batch, as the trial budget is)."""
-
-    def __init__(self, env: Any, seconds: float) -> None:
-        if not seconds > 0:
-            raise TensorGymError(f"a time budget is a positive number of seconds, got {seconds!r}")
-        self.env, self.seconds = env, float(seconds)
-
-    def __call__(self, strategy: Any, batch: list[MeasureResult]) -> None:
-        from ..search import StopSearch
-
-        if self.env.unwrapped.virtual_time >= self.seconds:
-            raise StopSearch
-
-
-__all__ = ["ON_MISS", "SOURCES", "ReplayMeasurer", "ReplayMissError", "ReplayTask",
-           "VirtualTimeBudget"]
+__all__ = ["ON_MISS", "SOURCES", "ReplayMeasurer", "ReplayMissError", "ReplayTask"]

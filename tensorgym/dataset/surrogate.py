@@ -1,6 +1,6 @@
 """The replay surrogate: XGBoost regression of a kernel's log time on the features of its
 program, fitted on the successful records of one task and cached beside the dataset. Its answers
-are estimates, never measurements (``extra["source"] == "surrogate"``). xgboost is imported only
+are estimates, never measurements (``source == "surrogate"``). xgboost is imported only
 when a surrogate is fitted or loaded (the ``agents`` extra)."""
 from __future__ import annotations
 

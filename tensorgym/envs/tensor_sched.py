@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import gymnasium as gym
@@ -11,27 +9,20 @@ import numpy as np
 from gymnasium import spaces
 
 from ..errors import InvalidConfigError, StepError, TensorGymError
-from ..features import Featurizer
-from ..hardware.measure import Measurer, MeasureOptions
-from ..hardware.result import MeasureResult
+from ..features import FEATURE_MODES, feature_length
+from ..features.ast import NODE_TYPES
+from ..features.context import N_CONTEXT
+from ..measure.result import MeasureResult
 from ..meter import Meter
-from ..records import Records
-from ..space import Config, is_int, short_repr
-from ..templates import canonical_target, default_config, space_for
-from ..workloads import Workload, get_workload
+from ..session import TuningSession
+from ..space import Config, ConfigSpace, is_int, short_repr
+from ..workloads import Workload
 
 REWARDS = ("log_speedup", "best_improvement")
 AST_MAX_NODES = 64  # loop ASTs of the templates have at most ~45 statement nodes
 
 
-def _ast_node_features() -> int:
-    from ..features.ast import NODE_TYPES
-    from ..features.context import N_CONTEXT
-
-    return len(NODE_TYPES) + N_CONTEXT
-
-
-AST_NODE_FEATURES = _ast_node_features()
+AST_NODE_FEATURES = len(NODE_TYPES) + N_CONTEXT
 
 
 def pad_ast(tree: dict) -> dict:
@@ -108,35 +99,25 @@ class TensorSchedEnv(gym.Env):
 
     ## Arguments
     ``workload`` (registered name, shape key, or ``Workload``), ``target`` (cpu/llvm, opencl,
-    cuda), ``budget`` (200), ``reward``, ``obs_mode``, ``action_mode``, ``records`` (path,
-    ``Records``, or ``None`` for the default database under the user cache dir; ``False`` keeps
-    nothing), ``use_cache`` (serve configs already in the database instead of re-measuring),
-    ``measure_options`` (``MeasureOptions``), ``measurer`` (share one between envs),
-    ``failure_reward``, ``max_invalid_actions`` (knob mode, see Episode End), ``num_threads``
-    (CPU threads of parallel loops; 0 = all cores), ``confirm_best`` and ``early_stop`` (below).
+    cuda), ``budget`` (200), ``reward``, ``obs_mode``, ``action_mode``, ``failure_reward``,
+    ``max_invalid_actions`` (knob mode, see Episode End), ``render_mode``, and either
+    ``session`` (a ``tensorgym.session.TuningSession`` of this task, which the env then steps
+    but does not close) or the options of the session it makes: ``records`` (path, ``Records``,
+    ``None`` for the default database under the user cache dir, ``False`` for none),
+    ``use_cache``, ``measure_options``, ``measurer`` (share one between envs), ``num_threads``
+    (CPU threads of parallel loops; 0 = all cores), ``confirm_best``, ``early_stop``,
+    ``measure`` ("live" or "replay") with ``dataset``, ``on_miss`` and ``dataset_device``, and
+    ``budget_seconds``.
 
-    ## Measurements: confirmed bests, early stops
-    A result that would become the best is timed again with ``confirm_repeat`` samples
-    (``confirm_best``, default on) and keeps only those samples (``info["confirmed"]``): ``best`` and
-    ``info["best_gflops"]`` are confirmed figures, not the luckiest of many noisy samples.
-    ``reconfirm`` times the top configs once more at the end of a tune (``tensorgym tune`` reports
-    that figure): a best confirmed minutes earlier shows the machine's speed of then.
-    With ``early_stop`` = r (default 3; 0 turns it off, as datasets should), timing a kernel
-    stops once even its fastest sample is over r times the best's median, or over r times the
-    fastest median of the kernels timed before it in the same batch (so the first batch, before
-    any best, and the batches of random search or a GA stop early too). Samples past
-    ``repeat`` (while their spread is over ``target_cv``) go only to a kernel whose fastest sample
-    beats that best or batch fastest (``worker.contends``): a loser needs no precise time, and a
-    new best is confirmed anyway. A kernel whose checked
-    (cold) first run alone is over twice that bound keeps that run as its one sample
-    (``worker.cold_run_lost``). Its time is a real sample, from fewer samples, flagged
-    ``info["early_stop"]``; rewards treat it like any time (it is far from the best either way).
-    A first run that goes on past that and past ``worker.KILL_AFTER_S`` (0.05 s for a worker
-    forked from a zygote, as on the CPU; 0.25 s for one started anew) is stopped by replacing
-    the worker: its time is the seconds it had run, a lower bound, and since its output was never
-    compared with NumPy it is flagged ``info["unchecked"]`` too.
-    ``info["drift"]`` flags a measurement taken while the machine's speed moved (see
-    ``MeasureOptions.calibrate``).
+    ## Measurements
+    Each trial is measured by the session's measurer as docs/measurement.md describes: a result
+    that would become the best is timed again first (``info["confirmed"]``), so ``best`` and
+    ``info["best_gflops"]`` are confirmed figures; a kernel that is surely slower than ``early_stop``
+    (default 3; 0: off) times the best or the batch's fastest is timed with fewer samples
+    (``info["early_stop"]``); one stopped in its first run is a lower bound never compared with
+    NumPy (``info["unchecked"]``); ``info["drift"]`` flags a measurement taken while the
+    machine's speed moved. ``session.reconfirm`` times the top configs once more at the end of a
+    tune (``tensorgym tune`` reports that figure).
 
     ## Replay: recorded measurements and virtual time
     ``measure="replay"`` with ``dataset`` (a records database or its export, or a
@@ -148,16 +129,15 @@ class TensorSchedEnv(gym.Env):
     seconds the episode's trials took when they were measured (live: as they are measured), and
     ``budget_seconds`` ends the episode once it is spent, as ``budget`` does after that many
     trials. Nothing answered from the dataset is written to ``records`` as a measurement.
-    ``dataset_device`` picks the device to replay in a dataset of several.
 
     The env pickles (``pickle.dumps(env)``, and so ``AsyncVectorEnv``): the copy keeps the
     episode (history, best, partial knobs, ``np_random``), reconnects to the same records
     database, and starts its own measurer (same target and options) when it first measures.
 
-    ``env.unwrapped`` exposes ``space``, ``featurize(configs)``, ``measure(configs)``, ``history``,
-    ``best`` and ``reference_gflops`` for search agents, and ``meter`` (``tensorgym.meter.Meter``:
-    seconds in build, run, featurize, model and search, over the env's life, across ``reset()``;
-    the env fills the first three, agents the others).
+    ``env.unwrapped.session`` is the tuning session search agents work on (``space``,
+    ``featurize``, ``measure``, ``history``, ``best``, ``meter``, ``reference_gflops``); the env
+    reads ``space``, ``workload``, ``target``, ``history``, ``best``, ``trials`` and ``meter``
+    through to it.
 
     ## Version History
     * v0: first version.
@@ -167,18 +147,9 @@ class TensorSchedEnv(gym.Env):
 
     def __init__(self, workload: "str | Workload" = "conv2d-C6", target: str = "cpu",
                  budget: int = 200, reward: str = "log_speedup", obs_mode: str = "relation",
-                 action_mode: str = "config", records: Any = None, use_cache: bool = False,
-                 measure_options: Optional[MeasureOptions] = None,
-                 measurer: Optional[Measurer] = None, failure_reward: Optional[float] = None,
-                 num_threads: int = 0, render_mode: Optional[str] = None,
-                 max_invalid_actions: Optional[int] = None, confirm_best: bool = True,
-                 early_stop: float = 3.0, measure: str = "live", dataset: Any = None,
-                 on_miss: str = "error", budget_seconds: Optional[float] = None,
-                 dataset_device: Optional[str] = None) -> None:
-        from ..features import FEATURE_MODES, feature_length
-
-        self.workload = get_workload(workload)
-        self.target = canonical_target(target)
+                 action_mode: str = "config", failure_reward: Optional[float] = None,
+                 max_invalid_actions: Optional[int] = None, render_mode: Optional[str] = None,
+                 session: Optional[TuningSession] = None, **session_options: Any) -> None:
         if reward not in REWARDS:
             raise TensorGymError(f"unknown reward {reward!r}; use one of {REWARDS}")
         if action_mode not in ACTION_MODES:
@@ -187,35 +158,22 @@ class TensorSchedEnv(gym.Env):
             raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {FEATURE_MODES}")
         if not is_int(budget) or budget < 1:
             raise TensorGymError(f"budget must be an integer >= 1, got {budget!r}")
+        if session is not None and session_options:
+            raise TensorGymError(f"{', '.join(sorted(session_options))}: options of the session, "
+                                 "which was given made")
+        self.session = session if session is not None else TuningSession(
+            workload, target, budget=budget, **session_options)
+        self._own_session = session is None
         self.budget = int(budget)
         self.reward_kind = reward
         self.obs_mode = obs_mode
         self.action_mode = action_mode
-        self.use_cache = use_cache
-        self.confirm_best = confirm_best
-        if not (early_stop == 0 or early_stop >= 1):
-            raise TensorGymError(f"early_stop must be 0 (off) or a ratio >= 1, got {early_stop!r}")
-        self.early_stop = float(early_stop)
         self.failure_reward = (failure_reward if failure_reward is not None
                                else (-5.0 if reward == "log_speedup" else 0.0))
         self.render_mode = render_mode
-        self.space = space_for(self.workload, self.target)
-        self.reference_config = default_config(self.workload, self.target)
-        if measurer is not None and measurer.target != self.target:
-            raise TensorGymError(f"measurer is for {measurer.target}, env for {self.target}")
-        self._measurer = measurer
-        self._own_measurer = measurer is None
-        self._measure_options = measure_options or MeasureOptions()
-        self._runtime_kwargs = {"num_threads": num_threads} if self.target == "cpu" else {}
-        self._init_replay(measure, dataset, on_miss, budget_seconds, dataset_device)
-        self.records = (None if records is False else
-                        records if isinstance(records, Records) else Records(records))
-        self._reference_seconds: Optional[float] = None
         self._obs_cache = None
         self._configs: dict = {}  # action bytes -> config (config mode)
         self._json: dict = {}  # config index -> its JSON (info["config"])
-        self.meter = Meter()
-        self.featurizer = Featurizer()  # its row cache and helper processes are this env's
 
         n_knobs = len(self.space.knobs)
         if max_invalid_actions is None:
@@ -245,271 +203,52 @@ class TensorSchedEnv(gym.Env):
                                                 np.float32)
         self._reset_state()
 
-    # ---------------------------------------------------------------- public API for agents
-
-    def _init_replay(self, measure: str, dataset: Any, on_miss: str,
-                     budget_seconds: Optional[float], device: Optional[str]) -> None:
-        if measure not in ("live", "replay"):
-            raise TensorGymError(f"unknown measure {measure!r}; use 'live' or 'replay'")
-        if (measure == "replay") != (dataset is not None):
-            raise TensorGymError("measure='replay' needs dataset=PATH, and dataset= needs "
-                                 "measure='replay'")
-        if budget_seconds is not None and not (isinstance(budget_seconds, (int, float))
-                                               and 0 < budget_seconds < math.inf):
-            raise TensorGymError(f"budget_seconds must be a positive number, got "
-                                 f"{budget_seconds!r}")
-        self.measure_mode = measure
-        self.budget_seconds = budget_seconds
-        self.record_options: dict = {}  # kept with each record written (e.g. by a collection)
-        self._replay = None
-        if measure == "replay":
-            from ..dataset.replay import ReplayMeasurer
-
-            self._replay = ReplayMeasurer(dataset, self.target, on_miss, device=device,
-                                          live=self._measurer, options=self._measure_options,
-                                          runtime_kwargs=self._runtime_kwargs,
-                                          workload=self.workload)
-            self._replay.task(self.workload)  # a dataset without this task fails here
+    # ---------------------------------------------------------------- the session's, read here
 
     @property
-    def measurer(self) -> Measurer:
-        if self._replay is not None:
-            return self._replay
-        if self._measurer is None:
-            self._measurer = Measurer(self.target, self._measure_options, **self._runtime_kwargs)
-        return self._measurer
+    def space(self) -> ConfigSpace:
+        return self.session.space
 
     @property
-    def device(self) -> str:
-        return self.measurer.device
+    def workload(self) -> Workload:
+        return self.session.workload
 
-    def featurize(self, configs: Sequence[Config], mode: Optional[str] = None,
-                  n_jobs: Optional[int] = None, loop_names: bool = False):
-        """Features of ``configs`` (``mode`` defaults to the observation mode); big batches are
-        lowered on ``n_jobs`` processes (default: every core this process may use);
-        ``loop_names`` adds the loop variable names to ``ast`` trees (vanilla TreeGRU)."""
-        from ..features import default_jobs
+    @property
+    def target(self) -> str:
+        return self.session.target
 
-        if self._replay is not None and (mode or self.obs_mode) in ("relation", "context",
-                                                                    "config"):
-            with self.meter.time("featurize"):  # recorded configs' rows come with the dataset
-                return self._replay.featurize(
-                    self.workload, configs, mode or self.obs_mode,
-                    lambda cs: self.featurizer.featurize(
-                        self.workload, cs, mode or self.obs_mode, space=self.space,
-                        n_jobs=default_jobs() if n_jobs is None else n_jobs))
-        with self.meter.time("featurize"):
-            return self.featurizer.featurize(
-                self.workload, list(configs), mode or self.obs_mode, space=self.space,
-                n_jobs=default_jobs() if n_jobs is None else n_jobs, loop_names=loop_names)
+    @property
+    def history(self) -> list[MeasureResult]:
+        return self.session.history
 
-    def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
-        """Build and time ``configs``; every config counts as a trial and goes to the records."""
-        configs = list(configs)
-        for c in configs:  # a config of exactly this space, not merely of one with its name
-            self.space.validate(c)
-        return self._measure_valid(configs)
-
-    def reconfirm(self, results: Sequence[MeasureResult], top: int = 3, rounds: int = 3,
-                  tolerance: float = 0.05, max_sets: int = 3, slow: float = 0.2,
-                  slow_retakes: int = 2, slow_wait: float = 2.0) -> Optional[MeasureResult]:
-        """The best of ``results`` as this machine runs it now: the ``top`` fastest distinct
-        configs timed again, one confirmation each (``Measurer.confirm``), and the fastest of
-        those timed ``rounds`` times more, each a confirmation of its own, its samples all
-        together (their median) flagged ``extra["reconfirmed"]`` (and ``extra["rounds"]``); it
-        becomes ``best``. A tune that reports it reports a figure of its end, not of minutes
-        earlier when the machine may have run at another speed; a figure independent of the
-        choice among the ``top``, which the fastest of their noisy timings would overstate; and
-        one spread over several loads, as a re-measurement is: one confirmation alone (~0.1 s)
-        can catch a slow moment of this machine (1 in 12 tries read 27% below a re-measurement
-        right after it; 5 rounds read 6% below). Each round costs ~0.15 s.
-        A whole set of rounds can still fall in a slow moment (one tune in 12 reported 14% below
-        a re-measurement right after it). So where the set's figure is more than ``tolerance``
-        off the config's figure in ``results``, the rounds are taken again, up to ``max_sets``
-        sets, until one agrees with that figure or with the set before it (then the machine's
-        speed has changed since, and the report is of now): the figure is that set's. Where no
-        set agreed it is the median set's (the lower middle one of an even count): the last of
-        sets that kept moving is no truer than the others, and one of them may have caught a
-        moment of the machine at two thirds of its speed (seen on a Zen 3 VM: 136, 125, then
-        75 GFLOP/s, then 121 re-measured right after). ``extra["sets"]`` says how many were taken
-        and ``extra["set_gflops"]`` each one's figure (a kernel whose speed steps between two
-        levels shows both). Sets that agree with each other can still all fall in one slow
-        moment (seen on that VM: 75, 70, 64, then 156 re-measured seconds later), since the
-        measurer's drift check compares the calibration kernel within a phase only. So a set
-        during which the calibration kernel ran more than ``slow`` slower than it usually did
-        over the tune (``Measurer.slowdown``) is set aside, and taken again after
-        ``slow_wait`` seconds, up to ``slow_retakes`` times (then kept: the machine may have
-        slowed for good); ``extra["slow_retakes"]`` counts them, and ``extra["set_slowdowns"]``
-        holds each set's slowdown (None where it could not be judged), set-aside ones included.
-        Not trials, nor records; the time goes to the meter.
-        In replay mode (nothing to time) or when every re-timing fails: the fastest as it is."""
-        ranked: dict[int, MeasureResult] = {}
-        for r in sorted((r for r in results if r.ok), key=lambda r: -r.gflops):
-            ranked.setdefault(r.config.index, r)
-        candidates = list(ranked.values())[:max(1, top)]
-        if not candidates:
-            return None
-        if self.measurer is self._replay:
-            return candidates[0]
-        before = dict(self.measurer.seconds)
-        again = [r for r in (self.measurer.confirm(self.workload, c) for c in candidates) if r.ok]
-        if again:  # the chosen one's own timing, not the luckiest of several
-            chosen = max(again, key=lambda r: r.gflops)
-            sets: list[MeasureResult] = []
-            settled, retakes, slowdowns = False, 0, []
-            while len(sets) < max(1, max_sets) and not settled:
-                mark = self.measurer.calibrations()
-                final = self._rounds(chosen, max(1, rounds))
-                if final is None:
-                    break
-                slowdown = self.measurer.slowdown(mark)
-                slowdowns.append(slowdown)
-                if slowdown is not None and slowdown > 1.0 + slow and retakes < slow_retakes:
-                    retakes += 1
-                    time.sleep(slow_wait)
-                    continue
-                sets.append(final)
-                marks = [ranked[chosen.config.index].gflops] + [r.gflops for r in sets[-2:-1]]
-                settled = any(abs(final.gflops / m - 1.0) <= tolerance for m in marks if m > 0)
-            if sets:
-                pick = sets[-1] if settled else sorted(sets, key=lambda r: r.gflops)[
-                    (len(sets) - 1) // 2]
-                extra = {**pick.extra, **({"sets": len(sets), "set_gflops": [
-                    r.gflops for r in sets]} if len(sets) > 1 else {}),
-                    **({"slow_retakes": retakes} if retakes else {}),
-                    "set_slowdowns": slowdowns}
-                again = [replace(pick, extra=extra)]
-        self._charge(before, [])
-        if not again:
-            return candidates[0]
-        best = max(again, key=lambda r: r.gflops)
-        self.best = replace(best, extra={**best.extra, "reconfirmed": True})
-        return self.best
-
-    def _rounds(self, chosen: MeasureResult, rounds: int) -> Optional[MeasureResult]:
-        """``chosen`` confirmed ``rounds`` times, their samples together (None: all failed)."""
-        final = [r for r in (self.measurer.confirm(self.workload, chosen)
-                             for _ in range(rounds)) if r.ok]
-        if not final:
-            return None
-        return replace(final[0], costs=tuple(c for r in final for c in r.costs),
-                       run_time=sum(r.run_time for r in final),
-                       extra={**final[0].extra, "rounds": len(final)})
-
-    def _measure_valid(self, configs: list[Config]) -> list[MeasureResult]:
-        results: list[Optional[MeasureResult]] = [None] * len(configs)
-        if self.use_cache and self.records is not None:
-            with self.meter.time("other"):
-                for i, c in enumerate(configs):
-                    rec = self.records.lookup(self.workload.key, self.target, self.device,
-                                              c.to_json())
-                    if rec is not None:
-                        results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
-                                                   self.workload.flops, rec.build_time,
-                                                   rec.run_time, rec.timestamp, cached=True)
-        todo = [i for i, r in enumerate(results) if r is None]
-        if todo:
-            bound = self.early_stop * self.best.median if self.early_stop and self.best else 0.0
-            fresh = self._measure_now([configs[i] for i in todo], stop_slower_than=bound,
-                                      early_stop=self.early_stop)
-            if self.records is not None and not all(r.cached for r in fresh):
-                with self.meter.time("other"):
-                    self.records.add_many(self.workload, self.target, self.device, fresh,
-                                          options={"measurer": self.measurer.describe(),
-                                                   **self.record_options})
-            for i, r in zip(todo, fresh):
-                results[i] = r
-        for r in results:
-            self.history.append(r)
-            self.virtual_time += r.build_time + r.run_time
-            if r.ok and (self.best is None or r.gflops > self.best.gflops):
-                self.best = r
-        return results  # type: ignore[return-value]
-
-    def _measure_now(self, configs: list[Config], **kwargs: Any) -> list[MeasureResult]:
-        """``measurer.measure`` (and the confirmation of new bests), its build and timing
-        phases charged to ``meter``."""
-        m = self.measurer
-        before = dict(m.seconds)
-        fresh = m.measure(self.workload, configs, **kwargs)
-        if self.confirm_best:
-            fresh = self._confirm_new_bests(fresh)
-        if m is self._replay and m.seconds == before:  # all replayed: nothing built or run
-            return fresh
-        self._charge(before, [r for r in fresh if not r.cached])  # replay built nothing
-        return fresh
-
-    def _charge(self, before: dict, built: list[MeasureResult]) -> None:
-        """Charge the measurer's build and run seconds since ``before`` (a copy of its
-        ``seconds``) to the meter, with the build seconds of ``built``."""
-        m = self.measurer
-        self.meter.add_measurement(m.seconds["build"] - before["build"],
-                                   m.seconds["run"] - before["run"], built)
-
-    def _confirm_new_bests(self, fresh: list[MeasureResult]) -> list[MeasureResult]:
-        """Re-time each result that would become the best, until the batch's
-        fastest unconfirmed result no longer beats the best: the best is always a confirmed
-        figure, never the luckiest of many noisy samples."""
-        fresh = list(fresh)
-        best = self.best.gflops if self.best else 0.0
-        while True:
-            open_ = [i for i, r in enumerate(fresh) if r.ok and not r.extra.get("confirmed")
-                     and r.gflops > best]
-            if not open_:
-                return fresh
-            i = max(open_, key=lambda j: fresh[j].gflops)
-            fresh[i] = self.measurer.confirm(self.workload, fresh[i])
-            if fresh[i].ok:
-                best = max(best, fresh[i].gflops)
+    @property
+    def best(self) -> Optional[MeasureResult]:
+        return self.session.best
 
     @property
     def trials(self) -> int:
-        return len(self.history)
+        return self.session.trials
 
     @property
-    def reference_seconds(self) -> float:
-        if self._reference_seconds is None and self._replay is not None:
-            self._reference_seconds = self._replay.reference_seconds(self.workload,
-                                                                     self.reference_config)
-        if self._reference_seconds is None:
-            cfg_json = self.reference_config.to_json()
-            cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
-                      if self.records is not None else None)
-            if cached is not None and not (math.isfinite(cached) and cached > 0):
-                cached = None  # a damaged database: measure the reference again
-            if cached is None:
-                r = self._measure_now([self.reference_config])[0]
-                if not r.ok:
-                    raise TensorGymError(f"the reference schedule of {self.workload.label} failed "
-                                         f"on {self.target}: {r.error.name} {r.error_msg}")
-                cached = r.median
-                if self.records is not None:
-                    self.records.set_reference(self.workload.key, self.target, self.device,
-                                               cfg_json, cached)
-            self._reference_seconds = cached
-        return self._reference_seconds
+    def meter(self) -> Meter:
+        return self.session.meter
 
-    @property
-    def reference_gflops(self) -> float:
-        return self.workload.flops / self.reference_seconds / 1e9
+    def featurize(self, configs: Sequence[Config], mode: Optional[str] = None, **kwargs: Any):
+        """``session.featurize`` in the observation's feature mode by default."""
+        return self.session.featurize(configs, mode or self.obs_mode, **kwargs)
 
     # ---------------------------------------------------------------- gymnasium API
 
     def _reset_state(self) -> None:
-        self.history: list[MeasureResult] = []
-        self.best: Optional[MeasureResult] = None
         self._partial: list[int] = []
         self.invalid_actions = 0  # this episode's, knob mode
         self._truncated = False
-        self._last_config = self.reference_config
-        self._best_log = None
-        self.virtual_time = 0.0  # build + run seconds of this episode's trials, as measured
+        self._last_config = self.session.reference_config
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
         self._reset_state()
-        if self._replay is not None and seed is not None:
-            self._replay.reseed(seed)
+        self.session.reset(seed)
         return self._observe(), {"trials": 0, "space_size": self.space.size}
 
     def step(self, action):
@@ -518,9 +257,9 @@ class TensorSchedEnv(gym.Env):
         if self._truncated:
             raise TensorGymError(f"the episode was truncated after {self.invalid_actions} "
                                  "invalid actions: call reset() to start a new one")
-        if self._time_spent():
-            raise TensorGymError(f"the time budget ({self.budget_seconds:g} s) is spent: call "
-                                 "reset() to start a new session")
+        if self.session.spent:
+            raise TensorGymError(f"the time budget ({self.session.budget_seconds:g} s) is spent: "
+                                 "call reset() to start a new session")
         try:
             if self.action_mode == "knob":
                 return self._step_knob(action)
@@ -532,10 +271,10 @@ class TensorSchedEnv(gym.Env):
 
     def _step_config(self, config: Config):
         best_before = self.best
-        result = self._measure_valid([config])[0]  # from_choices made it of this space
+        result = self.session.measure_valid([config])[0]  # from_choices made it of this space
         self._last_config = config
         reward = self._reward(result, best_before)
-        terminated = self.trials >= self.budget or self._time_spent()
+        terminated = self.session.spent
         return self._observe(), reward, terminated, False, self._info(result)
 
     def _config_of(self, action: Any):
@@ -555,9 +294,6 @@ class TensorSchedEnv(gym.Env):
                     self._configs.clear()
                 self._configs[key] = config
         return config
-
-    def _time_spent(self) -> bool:
-        return self.budget_seconds is not None and self.virtual_time >= self.budget_seconds
 
     def _knob_option(self, action: Any) -> "int | str":
         """The option ``action`` sets on the next knob, or why it is invalid."""
@@ -598,16 +334,14 @@ class TensorSchedEnv(gym.Env):
         if not (r.ok and r.median > 0):
             return float(self.failure_reward)
         if self.reward_kind == "log_speedup":
-            return float(math.log(self.reference_seconds / r.median))
-        before = max(best_before.gflops if best_before else 0.0, self.reference_gflops)
+            return float(math.log(self.session.reference_seconds / r.median))
+        before = max(best_before.gflops if best_before else 0.0, self.session.reference_gflops)
         return float(max(0.0, math.log(max(r.gflops, before) / before)))
 
     def _observe(self):
         cfg = self._last_config
         if self._obs_cache is None or self._obs_cache[0] is not cfg:  # knob steps re-observe
-            row = (self._replay.recorded_row(self.workload, cfg, self.obs_mode)
-                   if self._replay is not None else None)  # a lookup: not metered
-            self._obs_cache = (cfg, row if row is not None else self.featurize([cfg])[0])
+            self._obs_cache = (cfg, self.session.featurize([cfg], self.obs_mode)[0])
         feats = self._obs_cache[1]
         part = np.zeros(len(self.space.knobs), np.float32)
         for i, c in enumerate(self._partial):
@@ -634,11 +368,10 @@ class TensorSchedEnv(gym.Env):
                 "best_gflops": self.best.gflops if self.best else 0.0,
                 "trials": self.trials, "cached": r.cached,
                 "build_time": r.build_time, "run_time": r.run_time, "cv": r.cv,
-                "confirmed": bool(r.extra.get("confirmed")),
-                "early_stop": bool(r.extra.get("early_stop")),
-                "unchecked": bool(r.extra.get("unchecked")), "drift": r.extra.get("drift"),
-                "source": r.extra.get("source") or ("recorded" if r.cached else "measured"),
-                "virtual_time": self.virtual_time}
+                "confirmed": r.confirmed, "early_stop": r.early_stop,
+                "unchecked": r.unchecked, "drift": r.drift,
+                "source": "recorded" if r.cached and r.source == "measured" else r.source,
+                "virtual_time": self.session.virtual_time}
 
     def render(self):
         if self.render_mode != "ansi":
@@ -648,20 +381,11 @@ class TensorSchedEnv(gym.Env):
                 f"best {best}")
 
     def close(self) -> None:
-        if self._own_measurer and self._measurer is not None:
-            self._measurer.close()
-            self._measurer = None
-        if self._replay is not None:
-            self._replay.close()
-        self.featurizer.close()
+        if self._own_session:
+            self.session.close()
         super().close()
 
     def __getstate__(self) -> dict:
-        # Processes do not travel: the copy starts its own measurer, with the same settings, when
-        # it first measures (a shared one stays with its owner). Records reconnects itself.
         state = self.__dict__.copy()
-        m = state["_measurer"]
-        if m is not None and not self._own_measurer:
-            state["_measure_options"], state["_runtime_kwargs"] = m.options, dict(m.runtime_kwargs)
-        state["_measurer"], state["_own_measurer"] = None, True
+        state["_own_session"] = True  # a copy owns the copy of its session
         return state

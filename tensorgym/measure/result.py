@@ -33,7 +33,13 @@ class MeasureResult:
     run_time: float = 0.0  # seconds of wall time spent measuring (warm-up, check, samples)
     timestamp: float = 0.0
     cached: bool = False  # served from the records database, not measured now
-    extra: dict = field(default_factory=dict, compare=False)
+    # timing stopped once the kernel was surely slower than the bound: fewer samples
+    early_stop: bool = False
+    unchecked: bool = False  # stopped during its first run: a lower bound, never compared
+    confirmed: bool = False  # timed again freshly loaded; ``costs`` are the new samples only
+    drift: Optional[float] = None  # the machine's speed moved meanwhile (calibration after / before)
+    source: str = "measured"  # "measured", or a replay's "recorded" / "surrogate" answer
+    extra: dict = field(default_factory=dict, compare=False)  # how it was measured, in detail
 
     @property
     def ok(self) -> bool:

@@ -6,208 +6,64 @@ pick ``number`` so one sample lasts at least ``min_repeat_ms``, and take ``repea
 kernel whose first run already takes ``slow_run_s`` is reported with that one sample: it is far
 from the best anyway, and timing it again would cost a tuner seconds per trial. A bound
 (``stop_slower_than``, lowered within a batch by ``early_stop`` times the batch's fastest so far)
-stops the timing of a kernel that has surely lost: flagged ``extra["early_stop"]``, fewer samples;
+stops the timing of a kernel that has surely lost: flagged ``early_stop``, fewer samples;
 with ``early_stop`` = r, the samples past ``repeat`` go only to a kernel whose fastest sample beats
 bound / r, the best it must beat (``worker.contends``).
 A first run that goes on long past the bound (``worker.first_run_limit``) is stopped by killing
-the worker: one sample, the seconds it had run (a lower bound), flagged ``extra["unchecked"]``
+the worker: one sample, the seconds it had run (a lower bound), flagged ``unchecked``
 too, since its output was never compared with NumPy.
 The statistic reported is the median of the samples (``MeasureResult.median``); every sample is
 kept in ``costs``.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import inspect
 import math
 import statistics
 import time
-import traceback
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any, Iterator, Optional, Sequence
 
-from ..errors import ErrorCode, InvalidConfigError, LoweringBugWarning, TensorGymError
+from ..errors import ErrorCode, LoweringBugWarning
+from ..hardware.host import DeviceLock, available_cpus
+from ..hardware.child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
+from ..hardware.target import get_target
+from ..hardware.zygote import Zygote
+from ..hardware.zygote import supported as zygote_supported
 from ..loopast import Program
 from ..space import Config
 from ..workloads import Workload
-from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
-from .compile_cache import CompileCache, source_key
+from .base import MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound, with_stop
+from .build import Builder, compile_error
 from .drift import DriftMonitor, calibration_config, calibration_workload
-from .host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
-from .target import get_target
 from .worker import KernelWorker, first_run_limit
-from .zygote import Zygote
-from .zygote import supported as zygote_supported
 
 
-@dataclass(frozen=True)
-class MeasureOptions:
-    number: int = 0  # runs per sample; 0: enough for one sample to last min_repeat_ms
-    repeat: int = 3  # samples
-    min_repeat_ms: float = 5.0  # a sample lasts at least this long (runs per sample from the first)
-    timeout: float = 10.0  # seconds allowed for one config's run phase in the worker
-    # AutoTVM's default. The templates' builds take a median 0.13 s (C6); the rare one past 10 s
-    # (20 s seen) is a huge unrolled kernel, and a batch waits for its slowest build.
-    build_timeout: float = 10.0
-    flush_cache: bool = False  # evict the last-level cache before every sample
-    check: bool = True  # compare with NumPy before timing
-    n_parallel: int = 0  # builder processes; 0: one per core this process may use
-    seed: int = 0  # of the random inputs
-    recycle_after: int = 500  # restart the worker after this many kernels (frees JIT memory)
-    slow_run_s: float = 0.5  # a kernel whose checked run takes longer is timed by that run alone
-    compile_cache: bool = True  # reuse binaries of sources compiled before on this machine
-    # more samples, up to this many, while their spread exceeds target_cv (with early_stop: only
-    # for a kernel that may beat the best, worker.contends)
-    max_repeat: int = 10
-    target_cv: float = 0.05  # coefficient of variation a measurement aims for
-    stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
-    early_stop: float = 0.0  # ratio; also stop once slower than this x the batch's fastest (0: off)
-    confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
-    confirm_min_repeat_ms: float = 10.0  # and their least length
-    calibrate: bool = True  # time a calibration kernel around each timing phase (drift)
-    drift_tolerance: float = 0.2  # a larger change of its speed re-takes the phase
-
-
-# ---------------------------------------------------------------- build (in builder processes)
-
-
-class Builder:
-    """What a builder process serves: lower, render and compile. Never raises for a bad config or
-    a compiler error: those come back as error codes. A source compiled before on this machine
-    comes from the compile cache."""
-
-    def __init__(self, target: str, runtime_kwargs: dict, compile_cache: bool = True) -> None:
-        self.target = get_target(target)
-        self.runtime = self.target.runtime(**runtime_kwargs)
-        self.fingerprint = _compiler_fingerprint(self.runtime, runtime_kwargs)
-        self.cache = CompileCache() if compile_cache and self.fingerprint else None
-
-    def build(self, workload: Workload, config: Config) -> BuildResult:
-        from ..lower import lower
-        from ..templates import check_config
-
-        t0 = time.perf_counter()
-        limits = self.target.limits(self.runtime)
-        try:
-            check_config(workload, config, limits)
-            program = lower(workload, config)
-        except InvalidConfigError as e:
-            return BuildResult(ErrorCode.INSTANTIATION_ERROR, time.perf_counter() - t0, str(e))
-        except Exception:  # noqa: BLE001 - a bug of the template or lowering, not of the config
-            return BuildResult(ErrorCode.UNKNOWN_ERROR, time.perf_counter() - t0,
-                               f"lowering bug: {traceback.format_exc()[-2000:]}",
-                               lowering_bug=True)
-        return self._compile(program, t0)
-
-    def build_program(self, program: Program) -> BuildResult:
-        return self._compile(program, time.perf_counter())
-
-    def _compile(self, program: Program, t0: float) -> BuildResult:
-        code = _compile_error(self.target.kind)
-        try:
-            source = self.runtime.render(program)
-        except Exception as e:  # noqa: BLE001
-            return BuildResult(code, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[-2000:])
-        key = source_key(self.fingerprint, source)
-        info = self.runtime.compile_info(program, source)  # decided by the source alone
-        binary = self.cache.get(key) if self.cache is not None else None
-        if binary is not None:
-            return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
-                               binary=binary, key=key, cached=True, compile_info=info)
-        try:
-            binary = self.runtime.compile(source, program)
-        except Exception as e:  # noqa: BLE001
-            return BuildResult(code, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[-2000:],
-                               key=key)
-        if self.cache is not None:
-            self.cache.put(key, binary)
-        return BuildResult(ErrorCode.NO_ERROR, time.perf_counter() - t0, program=program,
-                           binary=binary, key=key, compile_info=info)
-
-
-def _compiler_fingerprint(runtime, runtime_kwargs: dict) -> str:
-    """What decides a binary besides its source: the device, the runtime's own code (its compiler
-    passes and options) and the compiler packages. Empty where the device cannot be named."""
-    try:
-        device = runtime.device_name()
-        code = Path(inspect.getsourcefile(type(runtime))).read_bytes()
-    except Exception:  # noqa: BLE001 - no device here: no caching rather than a wrong binary
-        return ""
-    versions = []
-    for package in ("llvmlite", "pyopencl", "cuda-python"):
-        try:
-            versions.append(f"{package}={importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    digest = hashlib.sha256(code).hexdigest()[:16]
-    return f"{runtime.target}|{device}|{sorted(runtime_kwargs.items())}|{digest}|{versions}"
-
-
-def stop_bound(fixed: float, ratio: float, fastest: float) -> float:
-    """Seconds past which a kernel's timing stops (0: never): the least of ``fixed`` (0: none)
-    and ``ratio`` (0: off) times ``fastest`` (the batch's fastest median so far; inf: none)."""
-    bounds = [fixed] if fixed > 0 else []
-    if ratio > 0 and fastest < math.inf:
-        bounds.append(ratio * fastest)
-    return min(bounds, default=0.0)
-
-
-def _stop_options(options: MeasureOptions, stop_slower_than: float,
-                  early_stop: float) -> MeasureOptions:
-    if stop_slower_than < 0 or not (early_stop == 0 or early_stop >= 1):
-        raise TensorGymError(f"stop_slower_than must be >= 0 seconds and early_stop 0 (off) or a "
-                             f"ratio >= 1, got {stop_slower_than!r} and {early_stop!r}")
-    return replace(options, stop_slower_than=stop_slower_than, early_stop=early_stop)
-
-
-def _compile_error(target: str) -> ErrorCode:
-    return ErrorCode.COMPILE_HOST if target == "cpu" else ErrorCode.COMPILE_DEVICE
-
-
-class Measurer:
-    """Measures configs of one target. ``measure`` never raises for a bad kernel; it raises
-    ``TargetUnavailableError`` when the target has no device here.
+class LocalMeasurer(MeasurerDefaults):
+    """Measures configs of one target on this machine (the ``Measurer`` protocol). ``measure``
+    never raises for a bad kernel; it raises ``TargetUnavailableError`` when the target has no
+    device here.
 
     Builds run in builder processes (one per available core, each build under
     ``build_timeout``), timing in one worker process; both are ``Child`` processes, so they
     never re-import the caller's ``__main__`` and die with the caller. Across processes, a timed
     run holds its device's lock exclusively and builds hold the host's lock shared.
-
-    ``runner="ray"`` measures on a Ray cluster instead (``address``: None starts a local one,
-    "auto" joins the one started on this machine, or ``host:port`` / ``ray://host:port``), on
-    every device of kind ``device`` (``cpu/<cpu-model>``, ``cuda/<gpu-name>``, a fingerprint;
-    None: any of ``target``): ``tensorgym.hardware.ray_runner``, docs/distributed.md.
     """
 
     def __init__(self, target: str = "cpu", options: "MeasureOptions | None" = None,
-                 runner: str = "local", address: "str | None" = None,
-                 device: "str | None" = None, **runtime_kwargs: Any) -> None:
-        if runner not in ("local", "ray"):
-            raise TensorGymError(f"unknown runner {runner!r}; use 'local' or 'ray'")
-        if runner == "local" and (address is not None or device is not None):
-            raise TensorGymError("address and device are for runner='ray'")
+                 **runtime_kwargs: Any) -> None:
         self.target_info = get_target(target)
         self.target = self.target_info.kind
         self.options = options or MeasureOptions()
         self.runtime_kwargs = runtime_kwargs
-        self.runner, self.address, self.device_request = runner, address, device
-        self._ray = None
-        if runner == "ray":
-            from .ray_runner import RayRunner  # ray is imported only here
-
-            self._ray = RayRunner(self.target, self.options, runtime_kwargs, address, device)
-        # the driver of a Ray cluster needs no device of its own
-        self.runtime = self.target_info.runtime(**runtime_kwargs) if self._ray is None else None
+        self.runtime = self.target_info.runtime(**runtime_kwargs)
         self._builders: Optional[ChildPool] = None
         # workers fork from a zygote where the runtime survives a fork (zygote.py says why)
         self._zygote = Zygote(KernelWorker, self.target, runtime_kwargs, self.options.seed,
                               name="measurement zygote") \
-            if self.target == "cpu" and self._ray is None and zygote_supported() else None
+            if self.target == "cpu" and zygote_supported() else None
         self._worker = self._new_worker()
         self._spare: Optional[Child] = None  # started ahead once a first run had to be stopped
         self._want_spare = False
@@ -236,13 +92,14 @@ class Measurer:
 
     @property
     def device(self) -> str:
-        if self._ray is not None:
-            return self._ray.device
         if self._device is None:
             self._device = self.target_info.device_fingerprint(self.runtime)
         return self._device
 
-    def _build_all(self, method: str, calls: list[tuple]) -> list[BuildResult]:
+    def build_all(self, method: str, calls: list[tuple]) -> list[BuildResult]:
+        """``Builder.<method>(*call)`` for each call, in the builder processes (``build``:
+        ``(workload, config)``; ``build_program``: ``(program,)``), each under
+        ``build_timeout``; a lowering bug is also warned of (``LoweringBugWarning``)."""
         n = min(self.options.n_parallel or available_cpus(), len(calls))
         if self._builders is None or len(self._builders.children) < n:
             if self._builders is not None:
@@ -260,7 +117,7 @@ class Measurer:
                 out.append(BuildResult(ErrorCode.BUILD_TIMEOUT, limit,
                                        f"build took over {limit:g} s"))
             else:  # the compiler crashed its process (ChildDied), or the call failed
-                out.append(BuildResult(_compile_error(self.target), 0.0,
+                out.append(BuildResult(compile_error(self.target), 0.0,
                                        f"the builder process failed: {value}"[-2000:]))
         for b in out:
             if b.lowering_bug:  # loud: a bug must not pass for an invalid config
@@ -269,49 +126,29 @@ class Measurer:
 
     def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
         """Measure a hand-built loop AST (tests inject crashing or hanging kernels this way)."""
-        if self._ray is not None:
-            return next(self._ray.measure_iter(workload, [config], self.options, self.seconds,
-                                               "build_program", [(program,)]))[1]
         self.runtime.check_available()
-        b = self._build_all("build_program", [(program,)])[0]
-        return self._results(workload, [config], [b], self.options)[0]
+        b = self.build_all("build_program", [(program,)])[0]
+        return self.time_builds(workload, [config], [b], self.options)[0]
 
     def measure(self, workload: Workload, configs: Sequence[Config],
                 stop_slower_than: float = 0.0, early_stop: float = 0.0) -> list[MeasureResult]:
         """Build and time ``configs``. ``stop_slower_than`` (seconds, 0: off) stops timing a
         kernel once even its fastest sample is slower: such a result is real but flagged
-        ``extra["early_stop"]``, with fewer samples. ``early_stop`` (a ratio, 0: off) lowers
+        ``early_stop``, with fewer samples. ``early_stop`` (a ratio, 0: off) lowers
         that bound, while the batch is timed one kernel after another, to ``early_stop`` times
         the fastest median timed so far in the batch (of an ok kernel not stopped early)."""
-        if self._ray is not None:
-            out: list = [None] * len(configs)
-            for i, r in self.measure_iter(workload, configs, stop_slower_than, early_stop):
-                out[i] = r
-            return out
         self.runtime.check_available()
         if not configs:
             return []
-        opts = _stop_options(self.options, stop_slower_than, early_stop)
+        opts = with_stop(self.options, stop_slower_than, early_stop)
         spare = self._want_spare and (self._spare is None or not self._spare.alive)
         if spare:
             self._spare = self._new_worker()
             self._spare.spawn()  # it starts while the builders work
-        builds = self._build_all("build", [(workload, c) for c in configs])
+        builds = self.build_all("build", [(workload, c) for c in configs])
         if spare:
             self._start_spare()  # and never while a kernel is timed: its imports take a core
-        return self._results(workload, list(configs), builds, opts)
-
-    def measure_iter(self, workload: Workload, configs: Sequence[Config],
-                     stop_slower_than: float = 0.0,
-                     early_stop: float = 0.0) -> Iterator[tuple[int, MeasureResult]]:
-        """``measure``, as ``(index into configs, result)`` pairs: with the Ray runner as each
-        result comes back (any order), with the local one after the whole batch. (On Ray the
-        batch's fastest lowers the bound of the chunks timed after it came back.)"""
-        if self._ray is None:
-            yield from enumerate(self.measure(workload, configs, stop_slower_than, early_stop))
-            return
-        opts = _stop_options(self.options, stop_slower_than, early_stop)
-        yield from self._ray.measure_iter(workload, list(configs), opts, self.seconds)
+        return self.time_builds(workload, list(configs), builds, opts)
 
     def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
         """Time ``result``'s config again, freshly loaded, with ``confirm_repeat`` samples, so a
@@ -319,25 +156,16 @@ class Measurer:
         the new samples only (independent of the selection); the first ones are kept in
         ``extra["screened_costs"]``. (A fresh worker would cost a process start, ~0.3 s, and
         every job already gets freshly mapped buffers.)"""
-        opts = replace(self.options, repeat=self.options.confirm_repeat,
-                       max_repeat=self.options.confirm_repeat,
-                       min_repeat_ms=max(self.options.min_repeat_ms,
-                                         self.options.confirm_min_repeat_ms))
-        if self._ray is not None:
-            again = next(self._ray.measure_iter(workload, [result.config], opts, self.seconds))[1]
-        else:
-            b = self._build_all("build", [(workload, result.config)])[0]
-            again = self._results(workload, [result.config], [b], opts)[0]
-        return replace(again, build_time=result.build_time, run_time=result.run_time +
-                       again.run_time, extra={**again.extra, "confirmed": True,
-                                              "screened_costs": result.costs})
+        b = self.build_all("build", [(workload, result.config)])[0]
+        again = self.time_builds(workload, [result.config], [b], confirm_options(self.options))[0]
+        return confirmed(result, again)
 
-    def _results(self, workload: Workload, configs: list[Config], builds: list[BuildResult],
-                 opts: MeasureOptions) -> list[MeasureResult]:
-        """Time the builds; configs that lower to the same kernel share one run. With
+    def time_builds(self, workload: Workload, configs: list[Config],
+                    builds: list[BuildResult], opts: MeasureOptions) -> list[MeasureResult]:
+        """Time the builds (of :meth:`build_all`); configs that lower to the same kernel share one run. With
         ``calibrate``, a calibration kernel is timed before and after: if the machine's speed
         moved by more than ``drift_tolerance`` meanwhile, the kernels are timed once more, and
-        a drift that persists is flagged ``extra["drift"]`` (after / before). A re-take starts
+        a drift that persists is flagged ``drift`` (after / before). A re-take starts
         its ``early_stop`` bound afresh, from the kernels it has timed itself."""
         with self._clock("run"):
             return self._timed_results(workload, configs, builds, opts)
@@ -352,7 +180,7 @@ class Measurer:
             out = self._time_all(workload, configs, builds, opts)
             drift = self._phase_drift(opts)
             if abs(drift - 1.0) > opts.drift_tolerance:
-                out = [replace(r, extra={**r.extra, "drift": drift}) if r.ok else r for r in out]
+                out = [replace(r, drift=drift) if r.ok else r for r in out]
         return out
 
     def _phase_drift(self, opts: MeasureOptions) -> float:
@@ -390,7 +218,7 @@ class Measurer:
                 opts, stop_slower_than=stop_bound(opts.stop_slower_than, opts.early_stop,
                                                   fastest)))
             out.append(r)
-            if r.ok and not r.extra.get("early_stop"):
+            if r.ok and not r.early_stop:
                 fastest = min(fastest, r.median)
             if b.key:
                 timed[b.key] = r
@@ -420,7 +248,7 @@ class Measurer:
         if self._calibration is None:
             w = calibration_workload()
             config = calibration_config(w, self.target)
-            self._calibration = (w, self._build_all("build", [(w, config)])[0])
+            self._calibration = (w, self.build_all("build", [(w, config)])[0])
         w, b = self._calibration
         if b.error != ErrorCode.NO_ERROR:
             return None
@@ -441,12 +269,9 @@ class Measurer:
                                  **common)
         r, window = self._time(workload, b, opts)
         extra["timed"] = window  # (start, end) wall clock with the device to itself
-        if r.early_stop:
-            extra["early_stop"] = True
-        if r.unchecked:
-            extra["unchecked"] = True
         return MeasureResult(costs=r.costs, error=r.error, error_msg=r.error_msg,
-                             run_time=r.run_time, extra=extra, **common)
+                             run_time=r.run_time, early_stop=r.early_stop,
+                             unchecked=r.unchecked, extra=extra, **common)
 
     def _time(self, workload: Workload, b: BuildResult,
               opts: MeasureOptions) -> tuple[RunResult, tuple[float, float]]:
@@ -527,8 +352,6 @@ class Measurer:
                 return None
 
     def close(self) -> None:
-        if self._ray is not None:
-            self._ray.close()
         self._worker.kill()
         if self._spare is not None:
             self._spare.kill()
@@ -547,19 +370,15 @@ class Measurer:
             pass
 
     # A measurer owns processes: copies share it, pickles (e.g. an env spec) rebuild a fresh one.
-    def __deepcopy__(self, memo: dict) -> "Measurer":
+    def __deepcopy__(self, memo: dict) -> "LocalMeasurer":
         return self
 
     def __reduce__(self):
-        return (_new_measurer, (self.target, self.options, self.runtime_kwargs, self.runner,
-                                self.address, self.device_request))
+        return (_new_local, (self.target, self.options, self.runtime_kwargs))
 
     def describe(self) -> dict:
-        ray = {"runner": "ray"} if self._ray is not None else {}
-        return {"target": self.target, "device": self.device, **asdict(self.options), **ray}
+        return {"target": self.target, "device": self.device, **asdict(self.options)}
 
 
-def _new_measurer(target: str, options: MeasureOptions, runtime_kwargs: dict,
-                  runner: str = "local", address: "str | None" = None,
-                  device: "str | None" = None) -> Measurer:
-    return Measurer(target, options, runner, address, device, **runtime_kwargs)
+def _new_local(target: str, options: MeasureOptions, runtime_kwargs: dict) -> LocalMeasurer:
+    return LocalMeasurer(target, options, **runtime_kwargs)

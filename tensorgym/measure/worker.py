@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ErrorCode
+from ..hardware.runtime import get_runtime
 from .result import RunResult, spread
 
 
@@ -201,8 +202,6 @@ class KernelWorker:
     one runtime and the reference inputs and outputs, kept across jobs."""
 
     def __init__(self, target: str, runtime_kwargs: dict, seed: int) -> None:
-        from .runtime import get_runtime
-
         # libgomp reads this as it loads. Unbound, the threads of a new worker's first parallel
         # kernels can share one core for a while (each run then waits out time slices: 8 ms
         # instead of 60 us for the calibration kernel on 2 cores, after 0.2 s or more idle).

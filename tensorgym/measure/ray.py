@@ -1,22 +1,22 @@
-"""A measurement farm on Ray: what ``Measurer(target, runner="ray", address=...)`` runs.
+"""A measurement farm on Ray: ``RayMeasurer(target, address=...)``, the ``Measurer`` protocol.
 
 - Builds are Ray tasks (one CPU each) on the nodes that host a matching device: a CPU kernel is
   compiled for the host's CPU, and the GPU builders ask their device for its limits. In each Ray
-  worker they run in a local ``Measurer``'s builder process (``build_timeout``, a crashing
+  worker they run in a ``LocalMeasurer``'s builder process (``build_timeout``, a crashing
   compiler costs only that process), holding the host's lock shared as on one machine.
 - Timing runs in one long-lived actor per device (``DeviceTimer``), keyed by its node and
   runtime arguments, which fix the device fingerprint (target, device name, thread count). The
-  actor drives a local ``Measurer``: its ``Child`` worker process (a crashing or hanging kernel
+  actor drives a ``LocalMeasurer``: its ``Child`` worker process (a crashing or hanging kernel
   kills only it; it restarts and the caller gets an error result), the device's lock on that
   host, the calibration kernel. One call at a time: a device never times two kernels at once.
 - The caller names the device kind (``cpu/<cpu-model>``, ``cuda/<gpu-name>``, or a whole
   fingerprint); configs spread over every matching device, and each result says which one
   measured it (``extra["device"]``, ``extra["node"]``). Results stream back as they finish
-  (``Measurer.measure_iter``); the caller writes them, so its records stay the single writer.
+  (``RayMeasurer.measure_iter``); the caller writes them, so its records stay the single writer.
 - A node that dies mid-run: its pending builds and timings run again elsewhere, each config's
   result comes back exactly once.
 
-This module imports ray; ``tensorgym`` imports it only for ``runner="ray"``.
+This module imports ray; ``tensorgym`` imports it only where a Ray measurer is asked for.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import math
 import time
 import warnings
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import ray
@@ -32,12 +32,15 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
+from ..hardware.host import available_cpus
+from ..hardware.target import get_target
+from ..loopast import Program
 from ..space import Config
 from ..workloads import Workload
-from .host import available_cpus
-from .measure import MeasureOptions, Measurer, stop_bound
+from .base import (MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound,
+                   with_stop)
+from .local import LocalMeasurer
 from .result import BuildResult, MeasureResult
-from .target import get_target
 
 ATTEMPTS = 3  # a config lost with its node this many times is reported as an error
 CHUNK = 8  # most kernels one timing call takes (one calibration phase)
@@ -82,7 +85,7 @@ def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
 
 
 @dataclass(frozen=True)
-class Device:
+class RayDevice:
     """One device of the cluster, timed by the actor ``actor_name`` on node ``node_id``."""
 
     node_id: str
@@ -107,14 +110,14 @@ class Device:
 
 
 class DeviceTimer:
-    """The timing actor of one device: one call at a time, each through a local ``Measurer``
+    """The timing actor of one device: one call at a time, each through a ``LocalMeasurer``
     (one per set of options, for its worker's inputs and calibration). ``windows`` are the
     (start, end) wall-clock stamps of every kernel it timed."""
 
     def __init__(self, target: str, runtime_kwargs: dict) -> None:
         self.target = target
         self.runtime_kwargs = node_runtime_kwargs(target, runtime_kwargs)
-        self._measurers: dict[MeasureOptions, Measurer] = {}
+        self._measurers: dict[MeasureOptions, LocalMeasurer] = {}
         self.windows: list[tuple[float, float]] = []
 
     def describe(self) -> dict:
@@ -129,8 +132,8 @@ class DeviceTimer:
         if m is None:
             if len(self._measurers) >= 4:  # each holds a worker process
                 self._measurers.pop(next(iter(self._measurers))).close()
-            m = self._measurers[base] = Measurer(self.target, base, **self.runtime_kwargs)
-        out = m._results(workload, list(configs), list(builds), opts)
+            m = self._measurers[base] = LocalMeasurer(self.target, base, **self.runtime_kwargs)
+        out = m.time_builds(workload, list(configs), list(builds), opts)
         self.windows += [r.extra["timed"] for r in out if "timed" in r.extra]
         return out
 
@@ -142,7 +145,7 @@ _DeviceTimerActor = ray.remote(DeviceTimer)
 # Handles of the timing actors this process started or found: a named actor lives while a
 # handle does, so they stay for later measurers of this process's Ray job.
 _TIMERS: dict[str, Any] = {}
-_BUILDERS: dict[tuple, Measurer] = {}  # per Ray worker process: its builder process stays up
+_BUILDERS: dict[tuple, LocalMeasurer] = {}  # per Ray worker process: its builder process stays up
 
 
 @ray.remote(num_cpus=1, max_retries=0, num_returns=2)
@@ -152,10 +155,10 @@ def _build(target: str, runtime_kwargs: dict, options: MeasureOptions, method: s
     the caller reads the first, the timing actor gets the second from the object store."""
     key = (target, tuple(sorted(runtime_kwargs.items())), options)
     if key not in _BUILDERS:
-        _BUILDERS[key] = Measurer(target, replace(options, n_parallel=1), **runtime_kwargs)
+        _BUILDERS[key] = LocalMeasurer(target, replace(options, n_parallel=1), **runtime_kwargs)
     with warnings.catch_warnings():  # a lowering bug is reported by the caller, from the result
         warnings.simplefilter("ignore", LoweringBugWarning)
-        b = _BUILDERS[key]._build_all(method, [args])[0]
+        b = _BUILDERS[key].build_all(method, [args])[0]
     return replace(b, program=None, binary=None), b
 
 
@@ -191,7 +194,7 @@ def _timer(node_id: str, target: str, kwargs: dict) -> tuple[str, Any]:
     return name, _TIMERS[name]
 
 
-def discover(target: str, runtime_kwargs: dict) -> tuple[list[Device], list[str]]:
+def discover(target: str, runtime_kwargs: dict) -> tuple[list[RayDevice], list[str]]:
     """Every device of ``target`` in the cluster, each with its timing actor started (or
     found: they live as long as this process's Ray job), and a line per device that could not
     start."""
@@ -217,7 +220,7 @@ def discover(target: str, runtime_kwargs: dict) -> tuple[list[Device], list[str]
                 problems.append(f"node {node['NodeManagerAddress']}: {target} unavailable: "
                                 f"{_short(e)}")
                 continue
-            devices.append(Device(d["node_id"], d["node_ip"], d["fingerprint"],
+            devices.append(RayDevice(d["node_id"], d["node_ip"], d["fingerprint"],
                                   d["runtime_kwargs"], name))
         if not slots:
             break
@@ -229,7 +232,7 @@ def _short(e: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}".strip().splitlines()[-1][:300]
 
 
-def cluster_summary(devices: Sequence[Device], problems: Sequence[str]) -> str:
+def cluster_summary(devices: Sequence[RayDevice], problems: Sequence[str]) -> str:
     """The cluster's nodes (their CPUs, GPUs and accelerator types) and devices, one a line."""
     lines = []
     for n in _alive_nodes():
@@ -309,6 +312,82 @@ class RayRunner:
         self._actors.clear()
 
 
+class RayMeasurer(MeasurerDefaults):
+    """The ``Measurer`` protocol on a Ray cluster (``address``: None starts a local one, "auto"
+    joins the one started on this machine, or ``host:port`` / ``ray://host:port``), on every
+    device of kind ``device`` (``cpu/<cpu-model>``, ``cuda/<gpu-name>``, a fingerprint; None:
+    any of ``target``). Results stream back as they finish (``measure_iter``); docs/distributed.md.
+    The driver needs no device of its own."""
+
+    def __init__(self, target: str = "cpu", options: "MeasureOptions | None" = None,
+                 address: "str | None" = None, device: "str | None" = None,
+                 **runtime_kwargs: Any) -> None:
+        self.target = get_target(target).kind
+        self.options = options or MeasureOptions()
+        self.runtime_kwargs = runtime_kwargs
+        self.address, self.device_request = address, device
+        self.runner = RayRunner(self.target, self.options, runtime_kwargs, address, device)
+        self.seconds = {"build": 0.0, "run": 0.0}  # wall time in build and timing phases
+
+    @property
+    def device(self) -> str:
+        return self.runner.device
+
+    @property
+    def devices(self) -> list[RayDevice]:
+        """The cluster's devices this measurer times on (all of one fingerprint)."""
+        return list(self.runner.devices)
+
+    def measure(self, workload: Workload, configs: Sequence[Config],
+                stop_slower_than: float = 0.0, early_stop: float = 0.0) -> list[MeasureResult]:
+        out: list = [None] * len(configs)
+        for i, r in self.measure_iter(workload, configs, stop_slower_than, early_stop):
+            out[i] = r
+        return out
+
+    def measure_iter(self, workload: Workload, configs: Sequence[Config],
+                     stop_slower_than: float = 0.0,
+                     early_stop: float = 0.0) -> Iterator[tuple[int, MeasureResult]]:
+        """Results as each comes back (any order); the batch's fastest lowers the bound of the
+        chunks timed after it came back."""
+        opts = with_stop(self.options, stop_slower_than, early_stop)
+        yield from self.runner.measure_iter(workload, list(configs), opts, self.seconds)
+
+    def confirm(self, workload: Workload, result: MeasureResult) -> MeasureResult:
+        again = next(self.runner.measure_iter(workload, [result.config],
+                                              confirm_options(self.options), self.seconds))[1]
+        return confirmed(result, again)
+
+    def run_program(self, workload: Workload, program: Program, config: Config) -> MeasureResult:
+        """Measure a hand-built loop AST on the cluster."""
+        return next(self.runner.measure_iter(workload, [config], self.options, self.seconds,
+                                             "build_program", [(program,)]))[1]
+
+    def on_device_node(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` as a Ray task on the node of this measurer's first device (a
+        re-measurement beside the vendor library must run on the device it compares)."""
+        return on_node(fn, self.runner.devices[0].node_id, *args)
+
+    def describe(self) -> dict:
+        return {"target": self.target, "device": self.device, **asdict(self.options),
+                "runner": "ray"}
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __deepcopy__(self, memo: dict) -> "RayMeasurer":
+        return self
+
+    def __reduce__(self):
+        return (_new_ray, (self.target, self.options, self.address, self.device_request,
+                           self.runtime_kwargs))
+
+
+def _new_ray(target: str, options: MeasureOptions, address: "str | None",
+             device: "str | None", runtime_kwargs: dict) -> RayMeasurer:
+    return RayMeasurer(target, options, address, device, **runtime_kwargs)
+
+
 class _Batch:
     """One ``measure_iter`` call: builds pulled onto free CPU slots of the build nodes, built
     kernels handed to idle devices in chunks, configs of a lost node or device run again."""
@@ -323,7 +402,7 @@ class _Batch:
         self.building: dict[Any, tuple[int, str, Any]] = {}  # summary ref -> (i, node, full)
         self.busy: Counter = Counter()  # build slots in use per node
         self.built: deque[tuple[int, Any]] = deque()  # (i, full ref) waiting for a device
-        self.timing: dict[Any, tuple[Device, list[tuple[int, Any]]]] = {}
+        self.timing: dict[Any, tuple[RayDevice, list[tuple[int, Any]]]] = {}
         self.leader: dict[str, int] = {}  # kernel key -> the config whose run times it
         self.followers: dict[int, list[int]] = {}
         self.out: list[Optional[MeasureResult]] = [None] * len(configs)
@@ -428,7 +507,7 @@ class _Batch:
             return self._again([i for i, _ in chunk], e)
         out = []
         for (i, _), r in zip(chunk, results):
-            if r.ok and not r.extra.get("early_stop"):
+            if r.ok and not r.early_stop:
                 self.fastest = min(self.fastest, r.median)
             out += self._emit(i, replace(r, config=self.configs[i], extra={
                 **r.extra, "device": device.label, "node": device.node_id}))
