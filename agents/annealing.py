@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tensorgym.hardware.child import Child, ChildDied, ChildError, ChildTimeout
-from tensorgym.hardware.host import DeviceLock
+from tensorgym.processes.child import Child, ChildDied, ChildError, ChildTimeout
+from tensorgym.processes.host import DeviceLock
 from tensorgym.space import Config, ConfigSpace
 
 ScoreFn = Callable[[Sequence[Config]], np.ndarray]
@@ -177,7 +177,7 @@ class WalkHelper:
     ``others``) while the caller walks its own. ``start`` launches it without waiting: it
     imports ``modules`` and runs ``warm()`` (picklable), ~0.4 s in all, so that its first walk
     is as quick as the caller's. A tuner starts it while its first batch is measured: it starts
-    holding the host's build lock (``tensorgym.hardware.host.DeviceLock``) shared, as a build
+    holding the host's build lock (``tensorgym.processes.host.DeviceLock``) shared, as a build
     does, so no kernel is timed on these cores until it serves. Then it walks only while the
     caller does, when the cores are otherwise idle. ``close`` stops it. A helper that fails is
     reported once and not started again: the caller then walks every group itself, with the

@@ -12,7 +12,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from tensorgym.hardware.host import available_cpus
+from tensorgym.processes.host import available_cpus
 
 LOSSES = ("rank", "reg")
 _erf = np.vectorize(math.erf, otypes=[np.float64])

@@ -22,7 +22,7 @@ from typing import Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from tensorgym.hardware.host import DeviceLock
+from tensorgym.processes.host import DeviceLock
 from tensorgym.hardware.measure import Measurer, MeasureOptions
 from tensorgym.hardware.result import MeasureResult, spread
 from tensorgym.hardware.target import get_target

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tensorgym.agents.annealing import ParallelAnnealer, WalkHelper
-from tensorgym.hardware.host import DeviceLock
+from tensorgym.processes.host import DeviceLock
 from tensorgym.space import ConfigSpace, other_knob
 
 SPACE = ConfigSpace("sa/cpu", tuple(other_knob(f"k{i}", list(range(6))) for i in range(5)))

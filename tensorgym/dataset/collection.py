@@ -172,7 +172,7 @@ def _best(records: Records, w: Workload, target: str, device: str) -> float:
 
 
 def _cores() -> int:
-    from ..hardware.host import available_cpus
+    from ..processes.host import available_cpus
 
     return available_cpus()
 

@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..hardware.child import Child, ChildDied, ChildError, ChildPool
-from ..hardware.host import available_cpus
+from ..processes.child import Child, ChildDied, ChildError, ChildPool
+from ..processes.host import available_cpus
 
 MIN_CONFIGS_PER_JOB = 128  # below this the pickling and hand-off cost more than they save
 

@@ -34,15 +34,15 @@ from ..errors import ErrorCode, InvalidConfigError, LoweringBugWarning, TensorGy
 from ..loopast import Program
 from ..space import Config
 from ..workloads import Workload
-from .child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
+from ..processes.child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from .compile_cache import CompileCache, source_key
 from .drift import DriftMonitor, calibration_config, calibration_workload
-from .host import DeviceLock, available_cpus
+from ..processes.host import DeviceLock, available_cpus
 from .result import BuildResult, MeasureResult, RunResult
 from .target import get_target
 from .worker import KernelWorker, first_run_limit
-from .zygote import Zygote
-from .zygote import supported as zygote_supported
+from ..processes.zygote import Zygote
+from ..processes.zygote import supported as zygote_supported
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
 from ..space import Config
 from ..workloads import Workload
-from .host import available_cpus
+from ..processes.host import available_cpus
 from .measure import MeasureOptions, Measurer, stop_bound
 from .result import BuildResult, MeasureResult
 from .target import get_target
