@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tensorgym.features import Featurizer
 from tensorgym.processes.child import Child, ChildDied, ChildError, ChildTimeout
 from tensorgym.processes.host import DeviceLock
 from tensorgym.space import Config, ConfigSpace
@@ -159,16 +160,21 @@ class ParallelAnnealer:
 
 
 class _WalkServer:
-    """What a walk helper serves: walks, each scored by the picklable ``score`` sent with it."""
+    """What a walk helper serves: walks, each scored by the picklable ``score`` sent with it. A
+    score that featurizes (a ``featurizer`` attribute: ``tuner.ModelScore``) does so with the
+    helper's own featurizer, whose row cache lasts across walks as long as the helper."""
 
     def __init__(self, modules: Sequence[str] = (), warm: "Callable[[], object] | None" = None,
                  ) -> None:
+        self.featurizer = Featurizer()  # one process (n_jobs 1): it starts no helpers of its own
         for name in modules:  # imported while the helper starts, not on its first walk
             importlib.import_module(name)
         if warm is not None:
             warm()
 
     def walk(self, walk: Walk, score: ScoreFn) -> tuple:
+        if hasattr(score, "featurizer"):  # a copy of the caller's, with an empty one
+            score.featurizer = self.featurizer
         return walk.run(score)
 
 
