@@ -26,13 +26,13 @@ from tensorgym.errors import InvalidConfigError, TensorGymError
 from tensorgym.features import Featurizer, featurize
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.meter import Meter, meter_of
-from tensorgym.registry import Option
+from tensorgym.registry import Option, make_model
 from tensorgym.search import SearchStrategy
 from tensorgym.space import Config, ConfigSpace
 from tensorgym.templates.seeds import seed_configs
 
 from .annealing import ParallelAnnealer, WalkHelper
-from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel, make_model
+from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel
 from .selection import select_batch
 from .transfer import SourceData, TransferModel, load_source_data
 
@@ -488,7 +488,8 @@ def _model_modules(model: Any) -> tuple[str, ...]:
 
 #: ModelTuner's options as the registry declares them (``tensorgym list agents --options``)
 OPTIONS = (
-    Option("model", object, "xgb", "a registered cost model name, a model or a factory"),
+    Option("model", object, "xgb", "a cost model name (registry.COST_MODELS), a model or a "
+           "factory"),
     Option("model_options", dict, None, "keyword arguments of the named model"),
     Option("batch_size", int, None, "configs per batch [b] (None: budget/8, 8 to 64)"),
     Option("plan_ratio", float, 2.0, "select each batch from the top plan_ratio*b [lambda]"),

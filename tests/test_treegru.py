@@ -1,12 +1,14 @@
 """The TreeGRU cost model (paper Figure 3c/3d): level-by-level batching, batched = one-by-one
 prediction, renaming invariance, learning a known ranking, persistence, the tuner plumbing."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
 from tensorgym import loopast as A
-from tensorgym.agents import ModelTuner, TransferModel, make_agent, make_model
+from tensorgym.agents import TREEGRU_OPTIONS, ModelTuner, TransferModel, make_agent
 from tensorgym.agents.ast_batch import collate, node_heights
 from tensorgym.agents.transfer import load_source_data
 from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
@@ -16,6 +18,7 @@ from tensorgym.features.ast import NODE_TYPES, ast_arrays
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.lower import lower
 from tensorgym.records import Records
+from tensorgym.registry import make_model
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
 from .renaming import Renamer
@@ -182,6 +185,14 @@ def test_bad_input_gets_clear_errors():
         TreeGRUCostModel(variant="lstm")
     with pytest.raises(ValueError, match="loss"):
         make_model("treegru", loss="hinge")
+
+
+def test_the_registry_declares_the_treegru_options_of_its_constructor():
+    params = inspect.signature(TreeGRUCostModel).parameters
+    assert {o.name: o.default for o in TREEGRU_OPTIONS} == {n: p.default
+                                                             for n, p in params.items()}
+    assert make_model("treegru-vanilla", **SMALL).variant == "vanilla"
+    assert make_model("treegru-reg", num_threads=None, **SMALL).loss == "reg"
 
 
 # ---------------------------------------------------------------- the tuner
