@@ -78,22 +78,8 @@ for _name, _help in _HELP.items():
         replace(o, default=_name) if o.name == "model" else o for o in OPTIONS), _help)
 
 
-def register_agent(name: str, factory: Callable[..., object], options: tuple[Option, ...] = (),
-                   help: str = "") -> None:
-    """Kept for one release: ``tensorgym.registry.register``."""
-    registry.register(name, factory, options, help, replace=True)
-
-
-def make_agent(name: str, **options) -> Any:
-    """``make_agent("xgb")``; ``make_agent("xgb", model_options={"loss": "reg"})``;
-    ``make_agent("xgb", records=Records(path), source_workloads=["conv2d-C1", ...])``. Kept for
-    one release: ``tensorgym.registry.make``."""
-    return registry.make(name, **options)
-
-
 __all__ = [
     "AGENTS", "BootstrapEnsemble", "CostModel", "FeatureCache", "ModelTuner", "ParallelAnnealer",
     "SourceData", "TransferModel", "XGBTuner", "XGBoostCostModel", "diversity_objective",
-    "TREEGRU_OPTIONS", "load_source_data", "make_agent", "register_agent",
-    "select_batch", "submodular_select",
+    "TREEGRU_OPTIONS", "load_source_data", "select_batch", "submodular_select",
 ]
