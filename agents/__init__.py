@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from tensorgym import registry
+from tensorgym.records import Records
 from tensorgym.registry import AGENTS, COST_MODEL, Option
 
 from .annealing import ParallelAnnealer
@@ -60,8 +61,6 @@ for _name, _preset, _help in (
 def _tuner(model: str) -> Callable[..., ModelTuner]:
     def build(**options: Any) -> ModelTuner:
         if isinstance(options.get("records"), str):  # a path, e.g. from the command line
-            from tensorgym.records import Records  # noqa: PLC0415
-
             options["records"] = Records(options["records"])
         return ModelTuner(**{"model": model, **options})
 

@@ -33,7 +33,7 @@ import traceback
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: zygote imports this module
     from .host import DeviceLock
     from .zygote import Zygote
 
