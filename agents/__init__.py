@@ -1,38 +1,66 @@
 """The paper's tuner and its parts: cost models, parallel simulated annealing, diversity-aware
 selection, transfer learning. Importing it registers its tuners in ``tensorgym.registry``
-(``xgb``, ``xgb-rank``, ``xgb-reg``, ``treegru``, ``treegru-reg``, ``treegru-vanilla``)."""
+(``xgb``, ``xgb-rank``, ``xgb-reg``, ``treegru``, ``treegru-reg``, ``treegru-vanilla``) and, of
+the kind ``COST_MODEL``, the cost models of the same names (``registry.make_model``)."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Callable
 
 from tensorgym import registry
-from tensorgym.registry import AGENTS, Option
+from tensorgym.records import Records
+from tensorgym.registry import AGENTS, COST_MODEL, Option
 
 from .annealing import ParallelAnnealer
-from .cost_model import (BootstrapEnsemble, CostModel, XGBoostCostModel, make_model,
-                         register_model)
+from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel
 from .selection import diversity_objective, select_batch, submodular_select
 from .transfer import SourceData, TransferModel, load_source_data
 from .tuner import OPTIONS, FeatureCache, ModelTuner, XGBTuner
 
 
-def _treegru(**options) -> CostModel:
-    from .treegru import TreeGRUCostModel  # noqa: PLC0415  (torch only when the model is used)
+#: ``TreeGRUCostModel``'s keyword arguments, declared here for the registry so that declaring
+#: them loads no torch (a test holds them to the constructor's signature)
+TREEGRU_OPTIONS = (
+    Option("variant", str, "context", "context (relation-style node features) or vanilla "
+           "(Figure 3c: node identifiers)"),
+    Option("loss", str, "rank", "rank (Equation 2) or reg (squared error)"),
+    Option("hidden", int, 64, "hidden units"),
+    Option("n_slots", int, 8, "buffer slots of a node's features"),
+    Option("n_epochs", int, 20, "training epochs"),
+    Option("min_steps", int, 60, "optimizer steps at least"),
+    Option("batch_size", int, 128, "trees per training batch"),
+    Option("lr", float, 3e-3, "learning rate"),
+    Option("weight_decay", float, 1e-5, "weight decay"),
+    Option("warm_start", bool, True, "a refit starts from the last weights"),
+    Option("max_names", int, 256, "loop names embedded (vanilla)"),
+    Option("predict_batch", int, 4096, "trees per prediction batch"),
+    Option("num_threads", (int, type(None)), 1, "torch threads (None: torch's default)"),
+    Option("seed", int, 0, "torch's seed"),
+    Option("device", str, None, "torch device (None: cuda where there is one, else cpu)"),
+)
 
-    return TreeGRUCostModel(**options)
+
+def _treegru(preset: dict) -> Callable[..., CostModel]:
+    def build(**options: Any) -> CostModel:
+        from .treegru import TreeGRUCostModel  # noqa: PLC0415  (torch only when the model is used)
+
+        return TreeGRUCostModel(**{**preset, **options})
+
+    return build
 
 
-for _name, _preset in {"treegru": {}, "treegru-reg": {"loss": "reg"},
-                       "treegru-vanilla": {"variant": "vanilla"}}.items():
-    register_model(_name, lambda _p=_preset, **kw: _treegru(**{**_p, **kw}))
+for _name, _preset, _help in (
+        ("treegru", {}, "TreeGRU over loop ASTs (context variant, rank loss)"),
+        ("treegru-reg", {"loss": "reg"}, "TreeGRU, regression loss"),
+        ("treegru-vanilla", {"variant": "vanilla"}, "the vanilla TreeGRU (node identifiers)")):
+    registry.register(_name, _treegru(_preset),
+                      tuple(replace(o, default=_preset.get(o.name, o.default))
+                            for o in TREEGRU_OPTIONS), _help, kind=COST_MODEL)
 
 
 def _tuner(model: str) -> Callable[..., ModelTuner]:
     def build(**options: Any) -> ModelTuner:
         if isinstance(options.get("records"), str):  # a path, e.g. from the command line
-            from tensorgym.records import Records  # noqa: PLC0415
-
             options["records"] = Records(options["records"])
         return ModelTuner(**{"model": model, **options})
 
@@ -49,22 +77,8 @@ for _name, _help in _HELP.items():
         replace(o, default=_name) if o.name == "model" else o for o in OPTIONS), _help)
 
 
-def register_agent(name: str, factory: Callable[..., object], options: tuple[Option, ...] = (),
-                   help: str = "") -> None:
-    """Kept for one release: ``tensorgym.registry.register``."""
-    registry.register(name, factory, options, help, replace=True)
-
-
-def make_agent(name: str, **options) -> Any:
-    """``make_agent("xgb")``; ``make_agent("xgb", model_options={"loss": "reg"})``;
-    ``make_agent("xgb", records=Records(path), source_workloads=["conv2d-C1", ...])``. Kept for
-    one release: ``tensorgym.registry.make``."""
-    return registry.make(name, **options)
-
-
 __all__ = [
     "AGENTS", "BootstrapEnsemble", "CostModel", "FeatureCache", "ModelTuner", "ParallelAnnealer",
     "SourceData", "TransferModel", "XGBTuner", "XGBoostCostModel", "diversity_objective",
-    "load_source_data", "make_agent", "make_model", "register_agent", "register_model",
-    "select_batch", "submodular_select",
+    "TREEGRU_OPTIONS", "load_source_data", "select_batch", "submodular_select",
 ]

@@ -20,8 +20,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tensorgym.hardware.child import Child, ChildDied, ChildError, ChildTimeout
-from tensorgym.hardware.host import DeviceLock
+from tensorgym.features import Featurizer
+from tensorgym.processes.child import Child, ChildDied, ChildError, ChildTimeout
+from tensorgym.processes.host import DeviceLock
 from tensorgym.space import Config, ConfigSpace
 
 ScoreFn = Callable[[Sequence[Config]], np.ndarray]
@@ -159,16 +160,21 @@ class ParallelAnnealer:
 
 
 class _WalkServer:
-    """What a walk helper serves: walks, each scored by the picklable ``score`` sent with it."""
+    """What a walk helper serves: walks, each scored by the picklable ``score`` sent with it. A
+    score that featurizes (a ``featurizer`` attribute: ``tuner.ModelScore``) does so with the
+    helper's own featurizer, whose row cache lasts across walks as long as the helper."""
 
     def __init__(self, modules: Sequence[str] = (), warm: "Callable[[], object] | None" = None,
                  ) -> None:
+        self.featurizer = Featurizer()  # one process (n_jobs 1): it starts no helpers of its own
         for name in modules:  # imported while the helper starts, not on its first walk
             importlib.import_module(name)
         if warm is not None:
             warm()
 
     def walk(self, walk: Walk, score: ScoreFn) -> tuple:
+        if hasattr(score, "featurizer"):  # a copy of the caller's, with an empty one
+            score.featurizer = self.featurizer
         return walk.run(score)
 
 
@@ -177,7 +183,7 @@ class WalkHelper:
     ``others``) while the caller walks its own. ``start`` launches it without waiting: it
     imports ``modules`` and runs ``warm()`` (picklable), ~0.4 s in all, so that its first walk
     is as quick as the caller's. A tuner starts it while its first batch is measured: it starts
-    holding the host's build lock (``tensorgym.hardware.host.DeviceLock``) shared, as a build
+    holding the host's build lock (``tensorgym.processes.host.DeviceLock``) shared, as a build
     does, so no kernel is timed on these cores until it serves. Then it walks only while the
     caller does, when the cores are otherwise idle. ``close`` stops it. A helper that fails is
     reported once and not started again: the caller then walks every group itself, with the

@@ -62,7 +62,7 @@ class AstBatch:
 
     def to_torch(self, device=None) -> "AstBatch":
         """The same batch with every array a torch tensor on ``device``."""
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415  (torch only where a batch goes to a model)
 
         out = {}
         for f in fields(self):

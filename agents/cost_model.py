@@ -3,16 +3,22 @@
 A cost model maps a feature matrix to scores, higher = faster. Models never featurize programs
 themselves: the tuner hands them ``env.unwrapped.session.featurize(configs, model.feature_mode)``.
 Targets are normalized throughput (gflops / max gflops of the same workload; failures get 0).
+The XGBoost models register here in ``tensorgym.registry`` as cost models (``COST_MODEL``:
+xgb, xgb-rank, xgb-reg), their options declared (``XGB_OPTIONS``); ``registry.make_model``
+builds them by name.
 """
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from tensorgym.hardware.host import available_cpus
+from tensorgym import registry
+from tensorgym.processes.host import available_cpus
+from tensorgym.registry import COST_MODEL, Option
 
 LOSSES = ("rank", "reg")
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -202,21 +208,32 @@ def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.n
     return np.maximum((mu - best) * cdf + sigma * pdf, 0.0)  # clip round-off below zero
 
 
-MODELS: dict[str, Callable[..., CostModel]] = {
-    "xgb": lambda **kw: XGBoostCostModel(**kw),
-    "xgb-rank": lambda **kw: XGBoostCostModel(**{"loss": "rank", **kw}),
-    "xgb-reg": lambda **kw: XGBoostCostModel(**{"loss": "reg", **kw}),
-}
+#: ``XGBoostCostModel``'s keyword arguments, declared for the registry (a test holds them to the
+#: constructor's signature)
+XGB_OPTIONS = (
+    Option("loss", str, "rank", "rank (Equation 2) or reg (squared error)"),
+    Option("feature_mode", str, "relation", "the feature mode the model reads"),
+    Option("n_rounds", int, 200, "boosting rounds"),
+    Option("max_depth", int, 3, "tree depth"),
+    Option("eta", float, 0.1, "learning rate"),
+    Option("min_child_weight", float, 1.0, "XGBoost's min_child_weight"),
+    Option("subsample", float, 1.0, "row share per tree"),
+    Option("pairs_per_sample", int, 16, "random partners per row (rank loss)"),
+    Option("seed", int, 0, "XGBoost's seed"),
+    Option("nthread", int, 1, "threads of a prediction"),
+    Option("fit_threads", int, 2, "threads of a fit (at most the cores this process may use)"),
+)
 
 
-def register_model(name: str, factory: Callable[..., CostModel]) -> None:
-    """Make a model constructible by name (the TreeGRU model registers itself here)."""
-    MODELS[name] = factory
+def _xgb(preset: dict) -> Callable[..., CostModel]:
+    def build(**options) -> CostModel:
+        return XGBoostCostModel(**{**preset, **options})
+
+    return build
 
 
-def make_model(name: str, **options) -> CostModel:
-    try:
-        factory = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown cost model {name!r}; registered: {', '.join(MODELS)}") from None
-    return factory(**options)
+for _name, _preset, _help in (("xgb", {}, "XGBoost, rank loss (the paper's GBT)"),
+                              ("xgb-rank", {"loss": "rank"}, "xgb (the rank loss, named)"),
+                              ("xgb-reg", {"loss": "reg"}, "XGBoost, squared error")):
+    registry.register(_name, _xgb(_preset), tuple(replace(o, default=_preset.get(o.name, o.default))
+                                                  for o in XGB_OPTIONS), _help, kind=COST_MODEL)

@@ -14,6 +14,11 @@ from typing import Sequence
 
 import numpy as np
 
+from tensorgym.errors import InvalidConfigError
+from tensorgym.features import featurize
+from tensorgym.templates import canonical_target, space_for
+from tensorgym.workloads import get_workload
+
 from .cost_model import CostModel
 
 
@@ -41,11 +46,6 @@ def load_source_data(records, sources: Sequence, target: str, mode: str = "relat
     workloads of different speeds share one scale. ``exclude_key`` (the tuned workload) is left
     out: the global model must come from other workloads. ``max_samples`` keeps a random subset.
     """
-    from tensorgym.features import featurize  # noqa: PLC0415  (lands with the features stage)
-    from tensorgym.templates import canonical_target, space_for  # noqa: PLC0415
-    from tensorgym.errors import InvalidConfigError  # noqa: PLC0415
-    from tensorgym.workloads import get_workload  # noqa: PLC0415
-
     target = canonical_target(target)
     rng = rng or np.random.default_rng(0)
     Xs, ys, gs, counts, skipped = [], [], [], {}, 0

@@ -16,21 +16,23 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from tensorgym.errors import TensorGymError
+from tensorgym.errors import InvalidConfigError, TensorGymError
+from tensorgym.features import Featurizer, featurize
 from tensorgym.measure.result import MeasureResult
 from tensorgym.meter import Meter
-from tensorgym.registry import Option
+from tensorgym.registry import Option, make_model
 from tensorgym.search import SearchStrategy
 from tensorgym.session import TuningSession
 from tensorgym.space import Config, ConfigSpace
+from tensorgym.templates.seeds import seed_configs
 
 from .annealing import ParallelAnnealer, WalkHelper
-from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel, make_model
+from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel
 from .selection import select_batch
 from .transfer import SourceData, TransferModel, load_source_data
 
@@ -321,9 +323,6 @@ class ModelTuner(SearchStrategy):
 
     def _seed_configs(self, session: TuningSession, space: ConfigSpace) -> list[Config]:
         """The template's seed schedules that ``space`` can express, in their order."""
-        from tensorgym.errors import InvalidConfigError  # noqa: PLC0415
-        from tensorgym.templates.seeds import seed_configs  # noqa: PLC0415
-
         workload, target = session.workload, session.target
         if workload is None or target is None:  # a synthetic stand-in
             return []
@@ -351,7 +350,7 @@ class ModelTuner(SearchStrategy):
         if self._walker is not None:
             u = self._session
             others = self._walker.others(ModelScore(u.workload, self.model.feature_mode,
-                                                    self.model, self._space))
+                                                    self.model, self._space, u.featurizer))
         candidates = self._annealer.find_maximums(self._score, k, exclude=taken, others=others)
         return seeds + select_batch(candidates, self._space, b, self.alpha, self.epsilon,
                                     self._rng, taken)
@@ -436,17 +435,24 @@ XGBTuner = ModelTuner
 @dataclass
 class ModelScore:
     """A cost model's scores of configs of ``workload``, featurized where it is called: what an
-    annealing helper process scores its walks with (picklable, unlike the tuner's env)."""
+    annealing helper process scores its walks with (picklable, unlike the tuner's env).
+
+    ``featurizer`` computes and caches the rows (None: a featurizer of each call alone). A copy
+    sent to a helper carries an empty one (``Featurizer`` pickles so), which the helper replaces
+    with its own, kept across its walks (``annealing._WalkServer``); here it is the env's."""
 
     workload: Any
     mode: str
     model: Any
     space: ConfigSpace
+    featurizer: "Featurizer | None" = field(default=None, repr=False, compare=False)
 
     def __call__(self, configs: Sequence[Config]) -> np.ndarray:
-        from tensorgym.features import featurize  # noqa: PLC0415
-
-        return self.model.predict(featurize(self.workload, configs, self.mode, space=self.space))
+        if self.featurizer is None:
+            X = featurize(self.workload, configs, self.mode, space=self.space)
+        else:
+            X = self.featurizer.featurize(self.workload, configs, self.mode, space=self.space)
+        return self.model.predict(X)
 
 
 @contextlib.contextmanager
@@ -467,8 +473,6 @@ def _fit_threads(model: Any, threads: "int | None") -> Iterator[None]:
 
 def _warm_features(workload: Any, space: ConfigSpace, mode: str) -> None:
     """Featurize a few configs, so that a helper's first walk finds the feature code warm."""
-    from tensorgym.features import featurize  # noqa: PLC0415
-
     featurize(workload, space.sample(np.random.default_rng(0), 64), mode, space=space)
 
 
@@ -484,7 +488,8 @@ def _model_modules(model: Any) -> tuple[str, ...]:
 
 #: ModelTuner's options as the registry declares them (``tensorgym list agents --options``)
 OPTIONS = (
-    Option("model", object, "xgb", "a registered cost model name, a model or a factory"),
+    Option("model", object, "xgb", "a cost model name (registry.COST_MODELS), a model or a "
+           "factory"),
     Option("model_options", dict, None, "keyword arguments of the named model"),
     Option("batch_size", int, None, "configs per batch [b] (None: budget/8, 8 to 64)"),
     Option("plan_ratio", float, 2.0, "select each batch from the top plan_ratio*b [lambda]"),

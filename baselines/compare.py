@@ -22,9 +22,9 @@ from typing import Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
-from tensorgym.hardware.host import DeviceLock
 from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
 from tensorgym.measure.result import MeasureResult, spread
+from tensorgym.processes.host import DeviceLock
 from tensorgym.hardware.target import get_target
 from tensorgym.space import Config
 from tensorgym.templates import space_for

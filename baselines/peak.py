@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tensorgym.errors import TargetUnavailableError
-from tensorgym.hardware.host import available_cpus, host_vector_lanes
+from tensorgym.hardware.host import host_vector_lanes
+from tensorgym.processes.host import available_cpus
 
 #: independent accumulator chains: enough to cover the FMA latency times the FMA ports (4 x 2
 #: on Zen 4 and most AVX-512 cores) while staying in registers (32 on AVX-512, 16 on AVX2)
@@ -136,7 +137,7 @@ def device_peak_gflops(target: str, threads: int) -> "float | None":
     """The FMA peak of a CPU target's ``threads`` threads (0: every core this process may use),
     timed holding the host's timing lock so no tensorgym kernel runs meanwhile; None for other
     targets (a GPU's peak is not measured here)."""
-    from tensorgym.hardware.host import DeviceLock  # noqa: PLC0415
+    from tensorgym.processes.host import DeviceLock  # noqa: PLC0415
     from tensorgym.hardware.target import get_target  # noqa: PLC0415
 
     kind = get_target(target)

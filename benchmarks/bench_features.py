@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from tensorgym.features import clear_cache, default_jobs, featurize
+from tensorgym.features import Featurizer, default_jobs
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
@@ -57,6 +57,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs())
     args = ap.parse_args()
     both = [m for m in args.modes if m in ("relation", "context")]
+    with Featurizer() as featurizer:  # its cache emptied before each cold round (clear)
+        _run(args, both, featurizer.featurize, featurizer.clear)
+
+
+def _run(args, both: list[str], featurize, clear_cache) -> None:
     for name in args.workloads:
         w = get_workload(name)
         configs = space_for(w, args.target).sample(np.random.default_rng(args.seed), args.n)

@@ -4,7 +4,7 @@ revision (checked out in a temporary worktree), in interleaved rounds.
     python benchmarks/bench_featurize.py --base HEAD                 # C6 and matmul-1024
     python benchmarks/bench_featurize.py --base HEAD --rounds 7 --workloads conv2d-C6
 
-Cases per workload, each on a cold row cache, ``n_jobs=1``, through the public ``featurize``
+Cases per workload, each on a cold row cache, ``n_jobs=1``, through a ``Featurizer``
 (so small calls take whichever path ``featurize`` picks): calls of ``--sizes`` random configs,
 fresh ones in every call (``--configs`` configs per case in all), and ``walk``: the calls a tuner
 makes while simulated annealing (``agents.annealing.ParallelAnnealer``: one of the tuner's two
@@ -63,7 +63,7 @@ def measure(args) -> None:
     """One round in this process's ``tensorgym``: JSON {case: [configs, cpu s, wall s, digest]}."""
     import numpy as np
 
-    from tensorgym.features import clear_cache, featurize
+    from tensorgym.features import Featurizer
     from tensorgym.templates import space_for
     from tensorgym.workloads import get_workload
 
@@ -75,15 +75,16 @@ def measure(args) -> None:
         cases = {f"{s}": [space.sample(rng, s) for _ in range(max(1, args.configs // s))]
                  for s in args.sizes}
         cases["walk"] = walk_calls(w, space, args.walk_rounds, args.seed)
-        featurize(w, space.sample(rng, 256), MODE, n_jobs=1)  # imports and lru caches warm
+        featurizer = Featurizer()
+        featurizer.featurize(w, space.sample(rng, 256), MODE, n_jobs=1)  # imports, lru caches
         for case, calls in cases.items():
             digest, cpu, wall = hashlib.sha256(), 0.0, 0.0
-            clear_cache()
+            featurizer.clear()
             for configs in calls:
                 if case != "walk":
-                    clear_cache()
+                    featurizer.clear()
                 c, t = time.process_time(), time.perf_counter()
-                rows = featurize(w, configs, MODE, n_jobs=1)
+                rows = featurizer.featurize(w, configs, MODE, n_jobs=1)
                 cpu += time.process_time() - c
                 wall += time.perf_counter() - t
                 digest.update(rows.tobytes())

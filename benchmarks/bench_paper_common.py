@@ -19,6 +19,7 @@ import numpy as np
 
 from tensorgym.baselines import compare
 from tensorgym.baselines.harness import make_env
+from tensorgym.search import tune
 
 Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)
 
@@ -92,7 +93,7 @@ def run_method(make_agent: Callable[[], object], workload: str, target: str, tri
     env = make_env(workload, target, budget=trials, records=records)
     t = time.time()
     try:
-        history = agent.tune(env, trials, seed=seed)
+        history = tune(env, agent, trials, seed=seed)
     finally:
         env.close()
     ok = [r for r in history if r.ok]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from bench_paper_common import base_parser, study, tuner_options
-from tensorgym.agents import make_agent
+from tensorgym.registry import make as make_agent
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import numpy as np
 
 from bench_paper_common import (base_parser, make_env, plot_curves, run_study,
                                 tuner_options)
-from tensorgym.agents import make_agent
+from tensorgym.registry import make as make_agent
+from tensorgym.search import tune
 
 SOURCES = [f"conv2d-C{i}" for i in range(1, 7)]
 
@@ -36,7 +37,7 @@ def collect_sources(args) -> None:
         need = args.source_trials - have
         env = make_env(name, args.target, budget=need, records=args.source_db)
         try:
-            make_agent("xgb", **tuner_options(args)).tune(env, need, seed=1000)
+            tune(env, make_agent("xgb", **tuner_options(args)), need, seed=1000)
         finally:
             env.close()
         print(f"  source {name}: measured {need} more configs", file=sys.stderr)

@@ -108,7 +108,7 @@ def main() -> None:
 
     from scipy.stats import spearmanr
 
-    from tensorgym.agents.cost_model import make_model
+    from tensorgym.registry import make_model
     from tensorgym.envs.tensor_sched import TensorSchedEnv
 
     paths = sorted({f for pattern in args.db for f in glob.glob(pattern)})

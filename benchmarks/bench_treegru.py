@@ -19,7 +19,8 @@ from typing import Sequence
 import numpy as np
 
 from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
-from tensorgym.agents import ModelTuner, make_model
+from tensorgym.agents import ModelTuner
+from tensorgym.registry import make_model
 
 MODELS = {"GBT (rank)": "xgb", "TreeGRU (rank)": "treegru"}
 

@@ -104,7 +104,7 @@ except TensorGymError as e:
     line("corrupt database", f"{type(e).__name__}: {e}")
 
 # 15 taskset
-out = subprocess.run(["taskset", "-c", "0", PY, "-c", "from tensorgym.hardware.cpu import CPURuntime; from tensorgym.hardware.host import available_cpus; print(CPURuntime().device_name(), available_cpus())"], capture_output=True, text=True)
+out = subprocess.run(["taskset", "-c", "0", PY, "-c", "from tensorgym.hardware.cpu import CPURuntime; from tensorgym.processes.host import available_cpus; print(CPURuntime().device_name(), available_cpus())"], capture_output=True, text=True)
 line("taskset -c 0", f"device {out.stdout.split()[0]}…, {out.stdout.split()[-1]} builder(s)")
 
 # 16 pickle

@@ -1,7 +1,10 @@
-"""One registry of search strategies: name -> factory with declared options.
+"""One registry: name -> factory with declared options, for two kinds of entries: search
+strategies (``AGENT``: ``make``, ``names``, ``AGENTS``) and the cost models a model-based tuner
+builds by name (``COST_MODEL``: ``make_model``, ``names(COST_MODEL)``, ``COST_MODELS``).
 
-``tensorgym.baselines`` (random, grid, ga, ppo, maskable-ppo) and ``tensorgym.agents`` (xgb,
-treegru, ...) register theirs when imported; the first lookup imports them by name (this module
+``tensorgym.baselines`` (random, grid, ga, ppo, maskable-ppo) and ``tensorgym.agents`` (the
+strategies xgb, treegru, ...; the cost models xgb, xgb-reg, treegru, ...) register theirs when
+imported; the first lookup imports them by name (this module
 never imports them itself), and the modules named in ``$TENSORGYM_AGENT_MODULES``
 (comma-separated), so that your own strategies reach ``tensorgym tune --agent``. Options are
 checked against their declarations before the factory runs; a bad name or option is one
@@ -19,10 +22,12 @@ from .errors import TensorGymError
 
 PROVIDERS = ("tensorgym.baselines", "tensorgym.agents")
 MODULES_ENV = "TENSORGYM_AGENT_MODULES"
+AGENT, COST_MODEL = "agent", "cost model"  # the kinds of entries, each a table of its own
+KINDS = (AGENT, COST_MODEL)
 
 
 class UnknownAgentError(TensorGymError, ValueError):
-    """A name no provider registers."""
+    """A name no provider registers (of an agent, or of a cost model)."""
 
 
 class AgentOptionError(TensorGymError, ValueError):
@@ -71,24 +76,26 @@ class Option:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """A registered strategy: ``spec(**options)`` checks the options and builds it."""
+    """A registered entry (a strategy, or of another ``kind``): ``spec(**options)`` checks the
+    options and builds it."""
 
     name: str
     factory: Callable[..., Any]
     options: tuple[Option, ...] = ()
     help: str = ""
+    kind: str = AGENT
 
     def check(self, options: dict[str, Any]) -> None:
         declared = {o.name: o for o in self.options}
         for key, value in options.items():
             if key not in declared:
                 known = ", ".join(declared) or "none"
-                raise AgentOptionError(f"bad options for agent {self.name!r}: unknown option "
-                                       f"{key!r} (options: {known})")
+                raise AgentOptionError(f"bad options for {self.kind} {self.name!r}: unknown "
+                                       f"option {key!r} (options: {known})")
             try:
                 declared[key].check(value)
             except ValueError as e:
-                raise AgentOptionError(f"bad options for agent {self.name!r}: {e}") from None
+                raise AgentOptionError(f"bad options for {self.kind} {self.name!r}: {e}") from None
 
     def __call__(self, **options: Any) -> Any:
         self.check(options)
@@ -98,28 +105,37 @@ class AgentSpec:
             raise
         except ValueError as e:  # the factory's own checks of option values
             msg = " ".join(str(e).split())
-            raise AgentOptionError(f"bad options for agent {self.name!r}: {msg}") from e
+            raise AgentOptionError(f"bad options for {self.kind} {self.name!r}: {msg}") from e
 
 
-_SPECS: dict[str, AgentSpec] = {}
+_SPECS: dict[str, dict[str, AgentSpec]] = {kind: {} for kind in KINDS}  # kind -> name -> spec
 _loaded = False
 _failed: dict[str, str] = {}  # provider module -> why it could not be imported
 
 
+def _table(kind: str) -> dict[str, AgentSpec]:
+    try:
+        return _SPECS[kind]
+    except KeyError:
+        raise TensorGymError(f"no registry of {kind!r}s; kinds: {', '.join(KINDS)}") from None
+
+
 def register(name: str, factory: Callable[..., Any], options: "tuple[Option, ...] | list" = (),
-             help: str = "", replace: bool = False) -> AgentSpec:
-    """Register ``factory(**options)`` under ``name``; every option it takes must be declared."""
-    if name in _SPECS and not replace:
-        raise TensorGymError(f"agent {name!r} is already registered (replace=True overrides)")
+             help: str = "", replace: bool = False, kind: str = AGENT) -> AgentSpec:
+    """Register ``factory(**options)`` under ``name`` (among the entries of ``kind``); every
+    option it takes must be declared."""
+    table = _table(kind)
+    if name in table and not replace:
+        raise TensorGymError(f"{kind} {name!r} is already registered (replace=True overrides)")
     names = [o.name for o in options]
     if len(set(names)) != len(names):
-        raise TensorGymError(f"agent {name!r} declares an option twice: {names}")
-    spec = _SPECS[name] = AgentSpec(name, factory, tuple(options), help)
+        raise TensorGymError(f"{kind} {name!r} declares an option twice: {names}")
+    spec = table[name] = AgentSpec(name, factory, tuple(options), help, kind)
     return spec
 
 
-def unregister(name: str) -> None:
-    _SPECS.pop(name, None)
+def unregister(name: str, kind: str = AGENT) -> None:
+    _table(kind).pop(name, None)
 
 
 def _load() -> None:
@@ -137,24 +153,27 @@ def _load() -> None:
             _failed[module] = str(e)
 
 
-def names() -> list[str]:
+def names(kind: str = AGENT) -> list[str]:
+    table = _table(kind)
     _load()
-    return list(_SPECS)
+    return list(table)
 
 
-def specs() -> list[AgentSpec]:
+def specs(kind: str = AGENT) -> list[AgentSpec]:
+    table = _table(kind)
     _load()
-    return list(_SPECS.values())
+    return list(table.values())
 
 
-def spec(name: str) -> AgentSpec:
+def spec(name: str, kind: str = AGENT) -> AgentSpec:
+    table = _table(kind)
     _load()
     try:
-        return _SPECS[name]
+        return table[name]
     except KeyError:
         missing = "".join(f"; {m} failed to import: {e}" for m, e in _failed.items())
-        raise UnknownAgentError(f"unknown agent {name!r}; choose from "
-                                f"{', '.join(_SPECS)}{missing}") from None
+        raise UnknownAgentError(f"unknown {kind} {name!r}; choose from "
+                                f"{', '.join(table)}{missing}") from None
 
 
 def make(name: str, **options: Any) -> Any:
@@ -162,26 +181,36 @@ def make(name: str, **options: Any) -> Any:
     return spec(name)(**options)
 
 
+def make_model(name: str, **options: Any) -> Any:
+    """The cost model registered as ``name``, built with ``options`` (checked first)."""
+    return spec(name, COST_MODEL)(**options)
+
+
 class _View(Mapping):
-    """The registry as a read-only mapping name -> AgentSpec (``AGENTS``)."""
+    """One kind's table as a read-only mapping name -> AgentSpec (``AGENTS``, ``COST_MODELS``)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
 
     def __getitem__(self, name: str) -> AgentSpec:
         try:
-            return spec(name)
+            return spec(name, self.kind)
         except UnknownAgentError:
             raise KeyError(name) from None
 
     def __contains__(self, name: object) -> bool:
-        return name in names()
+        return name in names(self.kind)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(names())
+        return iter(names(self.kind))
 
     def __len__(self) -> int:
-        return len(names())
+        return len(names(self.kind))
 
 
-AGENTS: Mapping = _View()
+AGENTS: Mapping = _View(AGENT)
+COST_MODELS: Mapping = _View(COST_MODEL)
 
-__all__ = ["AGENTS", "AgentOptionError", "AgentSpec", "Option", "UnknownAgentError", "make",
-           "names", "register", "spec", "specs", "unregister"]
+__all__ = ["AGENT", "AGENTS", "COST_MODEL", "COST_MODELS", "KINDS", "AgentOptionError",
+           "AgentSpec", "Option", "UnknownAgentError", "make", "make_model", "names", "register",
+           "spec", "specs", "unregister"]

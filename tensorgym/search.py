@@ -62,11 +62,6 @@ class SearchStrategy(ABC):
     def tell(self, results: Sequence[MeasureResult]) -> None:
         """Learn from measured results (prior ones first, then each batch); default: nothing."""
 
-    def tune(self, env: Any, n_trials: int, seed: int = 0, callbacks: Iterable[Callback] = (),
-             prior: Sequence[MeasureResult] = ()) -> list[MeasureResult]:
-        """Kept for one release: ``tensorgym.search.tune(env, self, ...)``."""
-        return tune(env, self, n_trials, seed, callbacks, prior)
-
 
 def check_budget(n_trials: int) -> int:
     if isinstance(n_trials, bool) or int(n_trials) != n_trials or n_trials < 1:
@@ -127,9 +122,9 @@ def tune(env: Any, strategy: Any, n_trials: int, seed: int = 0,
       one raising :class:`StopSearch` ends the tune after that batch.
 
     A strategy that drives the env (``drive``) gets the budget, callbacks, stop and meter, but
-    neither de-duplication nor ``prior``: what it steps, the env measures. An agent of the
-    interface before this module (only ``tune(env, n_trials, seed, callbacks)``) runs its own
-    loop, without ``prior`` (kept for one release, with a DeprecationWarning).
+    neither de-duplication nor ``prior``: what it steps, the env measures. An object with
+    neither ``reset``/``ask``/``tell`` nor ``drive`` (one with only a ``tune`` method of its
+    own, say) is refused with a ``TensorGymError``.
 
     The strategy's ``close()``, if it has one, is called when the tune ends.
     """
@@ -167,13 +162,9 @@ def _tune(env: Any, strategy: Any, n_trials: int, seed: int, callbacks: list[Cal
     if n_trials == 0:
         return history
     if not takes_prior(strategy) and not drives_env(strategy):
-        if not callable(getattr(strategy, "tune", None)):
-            raise TensorGymError(f"{_name(strategy)} is not a search strategy: it needs "
-                                 "reset(space, seed), ask(n) and tell(results)")
-        warnings.warn(f"{_name(strategy)} has no ask/tell (tensorgym.search): running its own "
-                      "tune(); that interface goes in the next release", DeprecationWarning,
-                      stacklevel=3)
-        return list(strategy.tune(env, n_trials, seed=seed, callbacks=callbacks))
+        raise TensorGymError(f"{_name(strategy)} is not a search strategy: it needs "
+                             "reset(space, seed), ask(n) and tell(results), or drive(env, "
+                             "n_trials, seed, report)")
     known = [r for r in (*prior, *session.history) if r.config.space_name == space.name]
     with meter.time("search"):
         if callable(getattr(strategy, "prepare", None)):

@@ -1,14 +1,19 @@
 """Parallel simulated annealing over a known synthetic model."""
 import functools
 import os
+import pickle
 import time
 
 import numpy as np
 import pytest
 
-from tensorgym.agents.annealing import ParallelAnnealer, WalkHelper
-from tensorgym.hardware.host import DeviceLock
+from tensorgym.agents.annealing import ParallelAnnealer, WalkHelper, _WalkServer
+from tensorgym.agents.tuner import ModelScore
+from tensorgym.features import Featurizer
+from tensorgym.processes.host import DeviceLock
 from tensorgym.space import ConfigSpace, other_knob
+from tensorgym.templates import space_for
+from tensorgym.workloads import get_workload
 
 SPACE = ConfigSpace("sa/cpu", tuple(other_knob(f"k{i}", list(range(6))) for i in range(5)))
 TARGET = np.array([4, 1, 5, 0, 3])
@@ -117,6 +122,29 @@ def test_a_walk_helper_walks_a_group_with_the_same_result_as_here():
     finally:
         helper.close()
     assert not helper.child.alive
+
+
+class _RowSum:
+    """A cost model that scores a feature row by its sum."""
+
+    def predict(self, X):
+        return np.asarray(X, np.float64).sum(axis=1)
+
+
+def test_a_walk_helper_scores_with_one_featurizer_across_walks():
+    """A ``ModelScore`` reaches the helper as a copy with an empty featurizer; the helper's
+    own, which keeps its rows from walk to walk, takes its place."""
+    w = get_workload("matmul:64,32,16")
+    space = space_for(w, "cpu")
+    server = _WalkServer()
+    annealer = ParallelAnnealer(space, n_chains=8, n_steps=3, seed=0)
+    with Featurizer() as mine:
+        for _ in range(2):
+            score = pickle.loads(pickle.dumps(ModelScore(w, "relation", _RowSum(), space, mine)))
+            assert score.featurizer is not mine and not score.featurizer.rows["relation"].data
+            server.walk(annealer.walks(4)[0], score)
+            assert score.featurizer is server.featurizer
+        assert server.featurizer.rows["relation"].data and not mine.rows["relation"].data
 
 
 def test_a_walk_helper_starts_under_the_build_lock(tmp_path):

@@ -5,7 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tensorgym import registry
 from tensorgym.baselines import get_agent
+from tensorgym.search import SearchStrategy, tune
 from tensorgym.space import ConfigSpace, other_knob
 
 from .synthetic import SyntheticEnv
@@ -24,13 +26,13 @@ def objective(c):
 def test_black_box_baselines_respect_the_budget_without_repeats(name):
     method = get_agent(name, batch_size=8)
     env = SyntheticEnv(SPACE, objective)
-    history = method.tune(env, 30, seed=0)
+    history = tune(env, method, 30, seed=0)
     assert len(history) == env.trials == 30
     assert len({r.config.index for r in history}) == 30
 
 
 def test_ga_improves_on_its_first_generation():
-    history = get_agent("ga", batch_size=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
+    history = tune(SyntheticEnv(SPACE, objective), get_agent("ga", batch_size=16), 96, seed=0)
     first = max(r.gflops for r in history[:16])
     assert max(r.gflops for r in history) > first
 
@@ -39,9 +41,15 @@ def test_a_run_keeps_its_best_so_far_curve_padded_to_the_budget(monkeypatch):
     monkeypatch.setattr(common, "make_env",
                         lambda workload, target, budget, records=None: _closable(budget))
 
-    class Three:  # measures three configs of a 5-trial budget (its space ran out)
-        def tune(self, env, n, seed=0):
-            return env.measure([SPACE.get(0), SPACE.get(SPACE.size - 1), SPACE.get(1)])
+    class Three(SearchStrategy):  # proposes three configs of a 5-trial budget (its space ran out)
+        batch_size = None
+
+        def reset(self, space, seed):
+            self.left = [SPACE.get(0), SPACE.get(SPACE.size - 1), SPACE.get(1)]
+
+        def ask(self, n):
+            out, self.left = self.left[:n], self.left[n:]
+            return out
 
     run = common.run_method(Three, "toy", "cpu", 5, 0)
     assert run.curve.tolist() == [1.0, 26.0, 26.0, 26.0, 26.0]
@@ -68,8 +76,6 @@ def _closable(budget):
 
 
 def test_identical_runs_are_reused_and_different_settings_are_not(tmp_path, monkeypatch):
-    from tensorgym.agents import make_agent
-
     made = []
 
     def env(workload, target, budget, records=None):
@@ -78,14 +84,14 @@ def test_identical_runs_are_reused_and_different_settings_are_not(tmp_path, monk
 
     monkeypatch.setattr(common, "make_env", env)
     cache = common.RunCache(str(tmp_path / "runs.json"))
-    first = common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
+    first = common.run_method(lambda: registry.make("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
                               8, 0, cache=cache)
-    again = common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
+    again = common.run_method(lambda: registry.make("xgb", batch_size=4, sa_steps=3), "toy", "cpu",
                               8, 0, cache=common.RunCache(str(tmp_path / "runs.json")))
     assert len(made) == 1 and again.curve.tolist() == first.curve.tolist()
     assert again.best == first.best is not None
-    common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3, alpha=0.5), "toy",
+    common.run_method(lambda: registry.make("xgb", batch_size=4, sa_steps=3, alpha=0.5), "toy",
                       "cpu", 8, 0, cache=cache)
-    common.run_method(lambda: make_agent("xgb", batch_size=4, sa_steps=3), "toy", "cpu", 8, 1,
+    common.run_method(lambda: registry.make("xgb", batch_size=4, sa_steps=3), "toy", "cpu", 8, 1,
                       cache=cache)
     assert len(made) == 3

@@ -1,11 +1,15 @@
 """XGBoost cost models (rank and regression losses), the bootstrap ensemble and its acquisitions."""
+import inspect
 import math
 
 import numpy as np
 import pytest
 
-from tensorgym.agents.cost_model import (BootstrapEnsemble, XGBoostCostModel,
-                                         expected_improvement, make_model, register_model)
+from tensorgym import registry
+from tensorgym.agents.cost_model import (XGB_OPTIONS, BootstrapEnsemble, XGBoostCostModel,
+                                         expected_improvement)
+from tensorgym.errors import TensorGymError
+from tensorgym.registry import COST_MODEL, AgentOptionError, make_model
 
 
 def kendall_tau(a, b):
@@ -152,9 +156,31 @@ def test_errors():
 def test_registry_builds_models_by_name():
     assert make_model("xgb").loss == "rank"
     assert make_model("xgb-reg").loss == "reg"
+    assert make_model("xgb-reg", loss="rank").loss == "rank"  # a preset is a default
     assert make_model("xgb", feature_mode="context").feature_mode == "context"
-    register_model("tiny-xgb", lambda **kw: XGBoostCostModel(n_rounds=5, **kw))
-    assert make_model("tiny-xgb").n_rounds == 5
+    registry.register("tiny-xgb", lambda **kw: XGBoostCostModel(n_rounds=5, **kw),
+                      kind=COST_MODEL)
+    try:
+        assert make_model("tiny-xgb").n_rounds == 5
+        assert "tiny-xgb" in registry.COST_MODELS and "tiny-xgb" not in registry.AGENTS
+    finally:
+        registry.unregister("tiny-xgb", COST_MODEL)
+    assert "tiny-xgb" not in registry.names(COST_MODEL)
+
+
+def test_cost_models_are_entries_of_the_one_registry_with_declared_options():
+    assert {"xgb", "xgb-rank", "xgb-reg"} <= set(registry.names(COST_MODEL))
+    with pytest.raises(AgentOptionError, match="bad options for cost model 'xgb': unknown option "
+                                               "'n_trees'"):
+        make_model("xgb", n_trees=5)
+    with pytest.raises(AgentOptionError, match="cost model 'xgb'.*n_rounds must be int"):
+        make_model("xgb", n_rounds="5")
+    with pytest.raises(registry.UnknownAgentError, match="unknown cost model 'gbt'"):
+        make_model("gbt")
+    with pytest.raises(TensorGymError, match="kinds"):
+        registry.names("optimizer")
+    params = inspect.signature(XGBoostCostModel).parameters
+    assert {o.name: o.default for o in XGB_OPTIONS} == {n: p.default for n, p in params.items()}
 
 
 def test_expected_improvement_matches_numeric_integral():

@@ -4,8 +4,10 @@ import gymnasium as gym
 import pytest
 
 import tensorgym.envs  # noqa: F401  (registers the envs)
-from tensorgym.agents import TransferModel, make_agent
+from tensorgym import registry
+from tensorgym.agents import TransferModel
 from tensorgym.measure import LocalMeasurer, MeasureOptions
+from tensorgym.search import tune
 from tensorgym.records import Records
 from tensorgym.workloads import matmul
 
@@ -30,7 +32,7 @@ def test_tune_then_transfer_on_real_workloads(measurer, tmp_path):
     source = matmul(16, 16, 16)
     env = make_env(source, measurer, db_path)
     seen = []
-    history = make_agent("xgb", **FAST).tune(env, 16, seed=0,
+    history = tune(env, registry.make("xgb", **FAST), 16, seed=0,
                                              callbacks=[lambda a, res: seen.extend(res)])
     u = env.unwrapped
     assert len(history) == u.trials == 16 and seen == history == u.history
@@ -40,8 +42,8 @@ def test_tune_then_transfer_on_real_workloads(measurer, tmp_path):
 
     target = matmul(32, 32, 32)
     env2 = make_env(target, measurer, tmp_path / "target.db", budget=12)
-    agent = make_agent("xgb", records=Records(db_path), source_workloads=[source], **FAST)
-    history2 = agent.tune(env2, 100, seed=0)  # the env's budget caps the trials
+    agent = registry.make("xgb", records=Records(db_path), source_workloads=[source], **FAST)
+    history2 = tune(env2, agent, 100, seed=0)  # the env's budget caps the trials
     assert len(history2) == env2.unwrapped.trials == 12
     assert isinstance(agent.model, TransferModel) and agent.model.local_fitted
     assert agent.source_data.counts == {source.key: 16}

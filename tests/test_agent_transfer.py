@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from tensorgym.agents import TransferModel, load_source_data, make_agent
+from tensorgym import registry
+from tensorgym.agents import TransferModel, load_source_data
+from tensorgym.search import tune
 from .synthetic import SyntheticEnv
 from tensorgym.features import featurize
 from tensorgym.measure.result import MeasureResult
@@ -61,7 +63,7 @@ def test_no_usable_records_is_a_clear_error(records):
 
 
 def test_global_model_transfers_to_another_shape(records):
-    tuner = make_agent("xgb", records=records, source_workloads=SOURCES)
+    tuner = registry.make("xgb", records=records, source_workloads=SOURCES)
     env = SyntheticEnv(space_for(TARGET, "cpu"), speed)
     env.workload, env.target = TARGET, "cpu"
     model = tuner.build_model(env, seed=0)
@@ -80,8 +82,8 @@ def test_transfer_steers_the_first_batch(records):
         env = SyntheticEnv(space, speed)
         env.workload, env.target = TARGET, "cpu"
         env.featurize = lambda configs, mode=None, **kw: featurize(TARGET, configs, mode or "relation")
-        return make_agent("xgb", batch_size=16, n_chains=16, sa_steps=20,
-                          **kw).tune(env, 16, seed=0)
+        return tune(env, registry.make("xgb", batch_size=16, n_chains=16, sa_steps=20, **kw), 16,
+                    seed=0)
 
     cold = run(warm_start=False)  # no seed schedules either: the first batch is random
     warm = run(records=records, source_workloads=SOURCES, warm_start=False)

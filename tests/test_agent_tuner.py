@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from tensorgym.agents import FeatureCache, ModelTuner, TransferModel, XGBoostCostModel, make_agent
+from tensorgym import registry
+from tensorgym.agents import FeatureCache, ModelTuner, TransferModel, XGBoostCostModel
+from tensorgym.search import tune
 from .synthetic import SyntheticEnv, one_hot
 from tensorgym.agents.transfer import SourceData
 from tensorgym.space import ConfigSpace, other_knob
@@ -26,7 +28,7 @@ def test_beats_random_search_with_the_same_budget():
     average over 2.5 times random search's, and within 1 step of the peak in at least half."""
     bests, random_bests = [], []
     for seed in range(8):
-        history = make_agent("xgb", **FAST).tune(SyntheticEnv(SPACE, objective), 96, seed=seed)
+        history = tune(SyntheticEnv(SPACE, objective), registry.make("xgb", **FAST), 96, seed=seed)
         bests.append(max(r.gflops for r in history))
         random_configs = SPACE.sample_unique(np.random.default_rng(seed), 96)
         random_bests.append(max(objective(c) for c in random_configs))
@@ -37,8 +39,8 @@ def test_beats_random_search_with_the_same_budget():
 def test_budget_is_honest_and_nothing_is_measured_twice():
     env = SyntheticEnv(SPACE, objective)
     batches = []
-    tuner = make_agent("xgb", **FAST)
-    history = tuner.tune(env, 40, seed=1, callbacks=[lambda agent, res: batches.append(len(res))])
+    tuner = registry.make("xgb", **FAST)
+    history = tune(env, tuner, 40, seed=1, callbacks=[lambda agent, res: batches.append(len(res))])
     assert len(history) == env.trials == 40
     assert batches == [16, 16, 8]
     assert len({r.config.index for r in history}) == 40
@@ -48,7 +50,7 @@ def test_budget_is_honest_and_nothing_is_measured_twice():
 def test_env_budget_caps_trials_and_prior_history_is_not_remeasured():
     env = SyntheticEnv(SPACE, objective, budget=50)
     prior = env.measure(SPACE.sample_unique(np.random.default_rng(9), 20))
-    history = make_agent("xgb", **FAST).tune(env, 100, seed=0)
+    history = tune(env, registry.make("xgb", **FAST), 100, seed=0)
     assert len(history) == 30 and env.trials == 50
     assert not {r.config.index for r in prior} & {r.config.index for r in history}
 
@@ -56,13 +58,14 @@ def test_env_budget_caps_trials_and_prior_history_is_not_remeasured():
 def test_small_space_is_exhausted_without_repeats():
     tiny = ConfigSpace("tiny/cpu", (other_knob("a", [1, 2, 3]), other_knob("b", [1, 2])))
     env = SyntheticEnv(tiny, lambda c: 1.0 + sum(c.choices))
-    history = make_agent("xgb", **FAST).tune(env, 100, seed=0)
+    history = tune(env, registry.make("xgb", **FAST), 100, seed=0)
     assert sorted(r.config.index for r in history) == list(range(6))
 
 
 def test_same_seed_same_trials_other_seed_other_trials():
-    runs = [[r.config.index for r in make_agent("xgb", **FAST).tune(
-        SyntheticEnv(SPACE, objective), 48, seed=s)] for s in (0, 0, 1)]
+    runs = [[r.config.index for r in tune(SyntheticEnv(SPACE, objective),
+                                          registry.make("xgb", **FAST), 48, seed=s)]
+            for s in (0, 0, 1)]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
@@ -96,7 +99,7 @@ def test_a_model_fitted_on_many_rows_is_refitted_once_enough_new_ones_came(share
         np.random.default_rng(0), 200))
     tuner = ModelTuner(model=RidgeModel, refit_share=share, **{**FAST_OWN_MODEL,
                                                                "batch_size": 6})
-    history = tuner.tune(SyntheticEnv(SPACE, objective), 24, seed=0, prior=prior)
+    history = tune(SyntheticEnv(SPACE, objective), tuner, 24, seed=0, prior=prior)
     assert len(history) == 24 and tuner.model.fits == fits
     with pytest.raises(ValueError, match="refit_share"):
         ModelTuner(refit_share=-0.1)
@@ -115,7 +118,7 @@ class ModeRecordingEnv(SyntheticEnv):
 def test_model_is_pluggable_and_features_come_from_the_env():
     env = ModeRecordingEnv(SPACE, objective)
     tuner = ModelTuner(model=RidgeModel, **FAST_OWN_MODEL)
-    history = tuner.tune(env, 48, seed=0)
+    history = tune(env, tuner, 48, seed=0)
     assert env.modes == {"config"}
     assert tuner._model.fits == 2  # the last batch waits for a reader of the model: no ask
     assert tuner.model.fits == 3  # came, and the model read is fitted on every batch
@@ -193,14 +196,14 @@ def test_a_walk_beside_the_annealing_helper_featurizes_in_this_process_only():
 def test_uncertainty_acquisition_runs_the_loop():
     for acq in ("ei", "ucb"):
         env = SyntheticEnv(SPACE, objective)
-        tuner = make_agent("xgb", uncertainty=acq, n_bootstrap=3,
+        tuner = registry.make("xgb", uncertainty=acq, n_bootstrap=3,
                            **{**FAST, "model_options": {"loss": "reg", "n_rounds": 20}})
-        assert len(tuner.tune(env, 32, seed=0)) == 32
+        assert len(tune(env, tuner, 32, seed=0)) == 32
 
 
 def test_all_failures_keep_sampling_at_random():
     env = SyntheticEnv(SPACE, lambda c: 0.0)
-    history = make_agent("xgb", **FAST).tune(env, 32, seed=0)
+    history = tune(env, registry.make("xgb", **FAST), 32, seed=0)
     assert len(history) == 32 and not any(r.ok for r in history)
 
 
@@ -222,15 +225,15 @@ def test_transfer_model_adds_local_to_global():
 
 def test_bad_options():
     with pytest.raises(ValueError):
-        make_agent("nope")
+        registry.make("nope")
     with pytest.raises(ValueError):
-        make_agent("xgb", plan_ratio=0.5)
+        registry.make("xgb", plan_ratio=0.5)
     with pytest.raises(ValueError):
-        make_agent("xgb", source_workloads=["conv2d-C1"])  # no records database
+        registry.make("xgb", source_workloads=["conv2d-C1"])  # no records database
     with pytest.raises(ValueError):
-        make_agent("xgb", model="no-such-model")
+        registry.make("xgb", model="no-such-model")
     with pytest.raises(ValueError):
-        make_agent("xgb", **FAST).tune(SyntheticEnv(SPACE, objective), -1)
+        tune(SyntheticEnv(SPACE, objective), registry.make("xgb", **FAST), -1)
 
 
 def test_feature_cache_featurizes_each_config_once():
@@ -277,7 +280,6 @@ def test_the_annealing_helper_changes_no_trial_and_is_gone_when_the_tune_ends():
     import gymnasium as gym
 
     import tensorgym  # noqa: F401  (registers the envs)
-    from tensorgym.search import tune
     from .proc_tree import survivors
 
     dataset = Path(__file__).resolve().parents[1] / "data" / "reference.parquet"
@@ -285,7 +287,7 @@ def test_the_annealing_helper_changes_no_trial_and_is_gone_when_the_tune_ends():
     def run(helper: bool) -> tuple[list[int], set[int]]:
         env = gym.make("TensorSched-conv2d-C6-cpu", measure="replay", dataset=str(dataset),
                        on_miss="surrogate", records=False)
-        agent = make_agent("xgb", sa_helper=helper, batch_size=16)
+        agent = registry.make("xgb", sa_helper=helper, batch_size=16)
         pids: set[int] = set()
 
         def seen(strategy, results):
@@ -315,7 +317,6 @@ def test_a_model_class_of_the_users_main_is_scored_here_without_a_helper():
     import gymnasium as gym
 
     import tensorgym  # noqa: F401  (registers the envs)
-    from tensorgym.search import tune
 
     class MainModel(XGBoostCostModel):
         pass
@@ -324,7 +325,7 @@ def test_a_model_class_of_the_users_main_is_scored_here_without_a_helper():
     dataset = Path(__file__).resolve().parents[1] / "data" / "reference.parquet"
     env = gym.make("TensorSched-conv2d-C6-cpu", measure="replay", dataset=str(dataset),
                    on_miss="surrogate", records=False)
-    agent = make_agent("xgb", model=lambda: MainModel(n_rounds=20), batch_size=8)
+    agent = registry.make("xgb", model=lambda: MainModel(n_rounds=20), batch_size=8)
     walkers = []
     try:
         with warnings.catch_warnings():

@@ -3,19 +3,25 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import time
+import warnings
 
 import numpy as np
 import pytest
 
 from tensorgym import loopast as A
+import tensorgym.features as features
 from tensorgym.features import (CONTEXT_NAMES, FEATURE_MODES, NODE_TYPES, PROGRAM_NAMES,
-                                RELATION_PAIRS, THRESHOLDS, clear_cache, context_matrix, extract,
+                                RELATION_PAIRS, THRESHOLDS, Featurizer, context_matrix, extract,
                                 feature_length, feature_names, featurize)
 from tensorgym.features.context import CTX, summarize
 from tensorgym.features.index_analysis import dominant_coeff, linear_form, value_range
+from tensorgym.features.parallel import MIN_CONFIGS_PER_JOB
 from tensorgym.lower import lower
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, conv2d, get_workload, matmul
+from .proc_tree import descendants, survivors
 from .renaming import Renamer
 
 WORKLOAD_SPECS = ["conv2d-C6", "conv2d-C1", "conv2d:1,16,14,14,32,3,2,1", "matmul:64,32,16",
@@ -100,12 +106,14 @@ def test_renaming_loops_and_buffers_leaves_features_unchanged(spec):
 def test_features_are_deterministic_and_cache_transparent():
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=5, seed=2)
-    clear_cache()
-    first = {m: featurize(w, configs, m) for m in FIXED_MODES}
-    second = {m: featurize(w, configs, m) for m in FIXED_MODES}  # served from the cache
-    clear_cache()
-    third = {m: featurize(w, configs, m) for m in FIXED_MODES}
+    with Featurizer() as f:
+        first = {m: f.featurize(w, configs, m) for m in FIXED_MODES}
+        second = {m: f.featurize(w, configs, m) for m in FIXED_MODES}  # served from the cache
+        f.clear()
+        third = {m: f.featurize(w, configs, m) for m in FIXED_MODES}
+    fresh = {m: featurize(w, configs, m) for m in FIXED_MODES}  # a featurizer of the call alone
     for m in FIXED_MODES:
+        np.testing.assert_array_equal(first[m], fresh[m])
         np.testing.assert_array_equal(first[m], second[m])
         np.testing.assert_array_equal(first[m], third[m])
     for c, row in zip(configs, first["relation"]):
@@ -113,8 +121,6 @@ def test_features_are_deterministic_and_cache_transparent():
 
 
 def test_parallel_featurizing_gives_the_same_rows_in_the_same_order():
-    from tensorgym.features import Featurizer
-    from tensorgym.features.parallel import MIN_CONFIGS_PER_JOB
 
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=2 * MIN_CONFIGS_PER_JOB + 10, seed=5)
@@ -441,10 +447,6 @@ def test_fast_rows_split_by_loop_order_over_a_helper_are_the_same():
     """The fast path's work split by loop order over a helper process (n_jobs=2) gives the
     rows of one process, in order, and the helper really ran. The helper starts in the
     background: calls made before it serves are computed in this process, with the same rows."""
-    import time
-
-    from tensorgym.features import Featurizer
-
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=160, seed=11)
     assert len({tuple(c.values["reorder"]) for c in configs}) >= 3
@@ -471,11 +473,6 @@ def test_fast_rows_split_by_loop_order_over_a_helper_are_the_same():
 def test_a_feature_helper_killed_while_starting_or_serving_loses_nothing():
     """A helper killed before it serves costs a warning, one killed between calls a new start:
     either way the call's rows are computed here, the same."""
-    import time
-    import warnings
-
-    from tensorgym.features import Featurizer
-
     w = WORKLOADS["conv2d-C6"]
     configs = _configs(w, n=160, seed=12)
     f = Featurizer()
@@ -505,3 +502,21 @@ def test_a_feature_helper_killed_while_starting_or_serving_loses_nothing():
             np.testing.assert_array_equal(rows, serial)
     finally:
         f.close()
+
+
+def test_no_featurizer_outlives_its_owner():
+    """No featurizer lives in the module (no default one, nothing closed at exit): the module's
+    ``featurize`` closes the helper processes of its call before it returns, and a ``with``
+    block closes its featurizer's."""
+    assert not [k for k, v in vars(features).items() if isinstance(v, Featurizer)]
+    w = WORKLOADS["conv2d-C6"]
+    configs = _configs(w, n=2 * MIN_CONFIGS_PER_JOB + 10, seed=13)
+    before = descendants(os.getpid())
+    serial = featurize(w, configs, "relation", fast=False)
+    np.testing.assert_array_equal(featurize(w, configs, "relation", n_jobs=2, fast=False), serial)
+    assert not survivors(descendants(os.getpid()) - before)
+    with Featurizer() as f:
+        np.testing.assert_array_equal(f.featurize(w, configs, "relation", n_jobs=2, fast=False),
+                                      serial)
+        assert f.helpers.pool is not None
+    assert f.helpers.pool is None and not survivors(descendants(os.getpid()) - before)

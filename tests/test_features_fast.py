@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorgym.features as features
-from tensorgym.features import MAX_LOOPS, _from_summary, featurize
+from tensorgym.features import MAX_LOOPS, Featurizer, _from_summary, featurize
 from tensorgym.features.context import CTX, summarize
 from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
 from tensorgym.features.nest import (KIND, Access, Buf, Div, Loop, Mod, Nest, Stmt, Unsupported,
@@ -121,9 +121,7 @@ def test_featurize_takes_the_fast_path_without_lowering(monkeypatch):
                + space_for(w, "opencl").sample(np.random.default_rng(5), MIN_BATCH["gpu"]))
     configs += configs[:3]  # repeats in one batch
     for mode in MODES:
-        features.clear_cache()
-        reference = featurize(w, configs, mode, fast=False)
-        features.clear_cache()
+        reference = featurize(w, configs, mode, fast=False)  # no rows kept for the next call
 
         def no_lowering(*args):
             raise AssertionError("the fast path lowered a config")
@@ -131,18 +129,16 @@ def test_featurize_takes_the_fast_path_without_lowering(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(features, "rows_by_lowering", no_lowering)
             np.testing.assert_array_equal(featurize(w, configs, mode), reference)
-    features.clear_cache()
 
 
 def test_cached_rows_do_not_share_memory_with_the_returned_batch():
     w = get_workload("conv2d-C6")
     configs = space_for(w, "cpu").sample(np.random.default_rng(8), 2 * MIN_BATCH["cpu"])
-    features.clear_cache()
-    first = featurize(w, configs)
-    expected = first.copy()
-    first[:] = -1.0  # a caller normalising its matrix in place
-    np.testing.assert_array_equal(featurize(w, configs), expected)  # served from the cache
-    features.clear_cache()
+    with Featurizer() as f:
+        first = f.featurize(w, configs)
+        expected = first.copy()
+        first[:] = -1.0  # a caller normalising its matrix in place
+        np.testing.assert_array_equal(f.featurize(w, configs), expected)  # served from the cache
 
 
 def test_what_the_fast_path_does_not_cover():
@@ -162,9 +158,7 @@ def test_knob_values_outside_the_nest_model_are_lowered():
                for c in space_for(w, "cpu").sample(np.random.default_rng(6), MIN_BATCH["cpu"])]
     with pytest.raises(Unsupported):
         fast_rows(w, configs, "relation", MAX_LOOPS)
-    features.clear_cache()
     rows = featurize(w, configs, "relation")
-    features.clear_cache()
     np.testing.assert_array_equal(rows, featurize(w, configs, "relation", fast=False))
 
 

@@ -12,6 +12,7 @@ import pytest
 import tensorgym.meter as meter_module
 from tensorgym.cli import main
 from tensorgym.meter import CATEGORIES, Meter
+from tensorgym.search import tune
 
 TASK = ["tune", "matmul:16,16,16", "--threads", "1", "--fresh"]
 FAST_XGB = ["--opt", "n_chains=16", "--opt", "sa_steps=20", "--opt", "batch_size=8",
@@ -146,7 +147,7 @@ def test_rl_policy_updates_count_as_model(tmp_path):
                 model_before_learning.append(m.model)
             trained.append(len(batch))
 
-        assert len(agent.tune(env, 16, seed=0, callbacks=[spy])) == 16
+        assert len(tune(env, agent, 16, seed=0, callbacks=[spy])) == 16
         spent = m.since(start)
     finally:
         env.close()

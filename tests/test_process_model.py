@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tensorgym.hardware.child import Child, ChildDied, ChildPool, ChildTimeout
-from tensorgym.hardware.host import DeviceLock, available_cpus
+from tensorgym.processes.child import Child, ChildDied, ChildPool, ChildTimeout
+from tensorgym.processes.host import DeviceLock, available_cpus
 
 from .proc_tree import descendants, survivors
 
@@ -128,7 +128,7 @@ def test_pool_keeps_order_and_reports_each_failure_on_its_own_call():
 
 def test_available_cpus_follows_the_affinity_mask():
     out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
-                          "from tensorgym.hardware.host import available_cpus as a; print(a())"],
+                          "from tensorgym.processes.host import available_cpus as a; print(a())"],
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0 and "taskset" in out.stderr:
         pytest.skip(f"taskset is not usable here: {out.stderr}")
@@ -152,7 +152,7 @@ def test_timed_runs_exclude_each_other_and_builds(tmp_path):
 
 HOLD = textwrap.dedent("""
     import os, sys, time
-    from tensorgym.hardware.host import DeviceLock
+    from tensorgym.processes.host import DeviceLock
     directory, mode, tag = sys.argv[1:4]
     lock = DeviceLock("host", directory)
     with (lock.exclusive() if mode == "ex" else lock.shared()):

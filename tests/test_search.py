@@ -228,27 +228,20 @@ def test_a_driver_gets_budget_callbacks_and_stop():
     assert len(tune(MeteredEnv(SPACE, objective), Driver(), 6, callbacks=[stop])) == 1
 
 
-def test_old_tune_entry_point_is_the_loop():
-    a = Recorder(batch_size=3).tune(MeteredEnv(SPACE, objective), 7, seed=2)
-    b = tune(MeteredEnv(SPACE, objective), Recorder(batch_size=3), 7, seed=2)
-    assert [r.config.index for r in a] == [r.config.index for r in b]
-
-
-def test_an_agent_with_only_the_old_tune_still_runs_with_a_warning():
+def test_an_object_with_only_its_own_tune_is_not_a_search_strategy():
+    """The interface before the loop (only ``tune(env, n_trials, seed, callbacks)``) is gone:
+    such an object, like any other without ask/tell or drive, is refused before it measures."""
     class Legacy:
         def tune(self, env, n_trials, seed=0, callbacks=()):
-            results = env.measure([SPACE.get(seed + i) for i in range(n_trials)])
-            for cb in callbacks:
-                cb(self, results)
-            return results
+            return env.measure([SPACE.get(seed + i) for i in range(n_trials)])
 
-    seen = []
-    with pytest.warns(DeprecationWarning, match="no ask/tell"):
-        history = tune(MeteredEnv(SPACE, objective), Legacy(), 3, seed=2,
-                       callbacks=[lambda s, b: seen.extend(b)])
-    assert [r.config.index for r in history] == [2, 3, 4] and seen == history
-    with pytest.raises(TensorGymError, match="not a search strategy"):
-        tune(MeteredEnv(SPACE, objective), object(), 3)
+    env = MeteredEnv(SPACE, objective)
+    for not_one in (Legacy(), object()):
+        with pytest.raises(TensorGymError, match=r"is not a search strategy: it needs reset\(.*"
+                                                 r"ask\(n\) and tell\(results\), or drive\("):
+            tune(env, not_one, 3)
+    assert env.trials == 0
+    assert not hasattr(SearchStrategy, "tune")  # strategies are run by the loop alone
 
 
 def test_model_tuner_through_the_loop_learns_from_prior_and_never_measures_it():

@@ -1,12 +1,15 @@
 """The TreeGRU cost model (paper Figure 3c/3d): level-by-level batching, batched = one-by-one
 prediction, renaming invariance, learning a known ranking, persistence, the tuner plumbing."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
 from tensorgym import loopast as A
-from tensorgym.agents import ModelTuner, TransferModel, make_agent, make_model
+from tensorgym import registry
+from tensorgym.agents import TREEGRU_OPTIONS, ModelTuner, TransferModel
 from tensorgym.agents.ast_batch import collate, node_heights
 from tensorgym.agents.transfer import load_source_data
 from tensorgym.agents.treegru import TreeGRUCostModel, pairwise_rank_loss
@@ -16,6 +19,8 @@ from tensorgym.features.ast import NODE_TYPES, ast_arrays
 from tensorgym.measure.result import MeasureResult
 from tensorgym.lower import lower
 from tensorgym.records import Records
+from tensorgym.registry import make_model
+from tensorgym.search import tune
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
 from .renaming import Renamer
@@ -184,6 +189,14 @@ def test_bad_input_gets_clear_errors():
         make_model("treegru", loss="hinge")
 
 
+def test_the_registry_declares_the_treegru_options_of_its_constructor():
+    params = inspect.signature(TreeGRUCostModel).parameters
+    assert {o.name: o.default for o in TREEGRU_OPTIONS} == {n: p.default
+                                                             for n, p in params.items()}
+    assert make_model("treegru-vanilla", **SMALL).variant == "vanilla"
+    assert make_model("treegru-reg", num_threads=None, **SMALL).loss == "reg"
+
+
 # ---------------------------------------------------------------- the tuner
 
 
@@ -206,8 +219,8 @@ FAST_TUNER = dict(batch_size=16, n_chains=16, sa_steps=20, sa_early_stop=5,
 
 def test_tuner_runs_with_the_treegru_by_name():
     env = AstSyntheticEnv(MM, lambda c: 10.0 * synthetic_gflops(c), budget=48)
-    agent = make_agent("treegru", **FAST_TUNER)
-    history = agent.tune(env, 48, seed=0)
+    agent = registry.make("treegru", **FAST_TUNER)
+    history = tune(env, agent, 48, seed=0)
     assert len(history) == 48 == env.trials
     assert len({r.config.index for r in history}) == 48  # never re-measures
     assert isinstance(agent.model, TreeGRUCostModel) and agent.model.fitted
@@ -229,9 +242,9 @@ def test_transfer_model_with_treegru_global_and_local(tmp_path):
     assert isinstance(data.X, list) and len(data.X) == len(data.y) == 50
 
     env = AstSyntheticEnv(MM, lambda c: 10.0 * synthetic_gflops(c), budget=32)
-    agent = make_agent("treegru", records=records, source_workloads=[source], device="test",
+    agent = registry.make("treegru", records=records, source_workloads=[source], device="test",
                        **FAST_TUNER)
-    history = agent.tune(env, 32, seed=0)
+    history = tune(env, agent, 32, seed=0)
     assert len(history) == 32
     assert isinstance(agent.model, TransferModel)
     assert agent.model.global_model.fitted and agent.model.local_fitted
@@ -242,8 +255,8 @@ def test_the_vanilla_tuner_receives_loop_names_through_the_env():
 
     env = gym.make("TensorSched-v0", workload=matmul(16, 16, 16), target="cpu", records=False,
                    budget=32)
-    agent = make_agent("treegru-vanilla", **FAST_TUNER)
-    agent.tune(env, 32, seed=0)
+    agent = registry.make("treegru-vanilla", **FAST_TUNER)
+    tune(env, agent, 32, seed=0)
     assert agent.model.variant == "vanilla" and agent.model.fitted
     assert agent.model.names  # an embedding per loop variable name the env's trees carried
     env.close()

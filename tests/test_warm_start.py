@@ -6,10 +6,11 @@ import pytest
 
 import tensorgym.envs  # noqa: F401  (registers the envs)
 from tensorgym import registry
-from tensorgym.agents import TransferModel, make_agent
+from tensorgym.agents import TransferModel
 from tensorgym.cli import main
 from tensorgym.records import Records
 from tensorgym.registry import AgentOptionError
+from tensorgym.search import tune
 from tensorgym.templates import default_config, space_for
 from tensorgym.templates.seeds import (CPU_RECIPES, SPARE_REGISTERS, cpu_seed, register_file,
                                        seed_configs)
@@ -82,9 +83,9 @@ def test_first_batch_holds_the_seeds_then_the_model_takes_over(measurer, tmp_pat
     w = matmul(32, 48, 16)
     env = make_env(w, measurer, tmp_path / "records.db", budget=16)
     batches = []
-    agent = make_agent("xgb", **FAST)
+    agent = registry.make("xgb", **FAST)
     try:
-        agent.tune(env, 16, seed=0, callbacks=[lambda a, res: batches.append(res)])
+        tune(env, agent, 16, seed=0, callbacks=[lambda a, res: batches.append(res)])
     finally:
         env.close()
     seeds = seed_configs(w, "cpu")
@@ -101,9 +102,9 @@ def test_first_batch_holds_the_seeds_then_the_model_takes_over(measurer, tmp_pat
 def test_warm_start_off_starts_at_random(measurer, tmp_path):
     w = matmul(32, 48, 16)
     env = make_env(w, measurer, tmp_path / "records.db", budget=8)
-    agent = make_agent("xgb", warm_start=False, **FAST)
+    agent = registry.make("xgb", warm_start=False, **FAST)
     try:
-        history = agent.tune(env, 8, seed=0)
+        history = tune(env, agent, 8, seed=0)
     finally:
         env.close()
     seeds = {c.index for c in seed_configs(w, "cpu")}
@@ -117,7 +118,7 @@ def test_pretrains_on_other_workloads_records_and_says_so(measurer, tmp_path, ca
     source = matmul(16, 16, 16)
     env = make_env(source, measurer, db, budget=8)
     try:
-        make_agent("xgb", **FAST).tune(env, 8, seed=0)
+        tune(env, registry.make("xgb", **FAST), 8, seed=0)
     finally:
         env.close()
     n_source = len({r.config_json for r in Records(db).query(source.key)})
@@ -126,9 +127,9 @@ def test_pretrains_on_other_workloads_records_and_says_so(measurer, tmp_path, ca
     firsts = []
     for _ in range(2):  # deterministic given the seed and the records of other workloads
         env = make_env(target, measurer, db, budget=8)
-        agent = make_agent("xgb", **FAST)
+        agent = registry.make("xgb", **FAST)
         try:
-            firsts.append([r.config.index for r in agent.tune(env, 8, seed=3)])
+            firsts.append([r.config.index for r in tune(env, agent, 8, seed=3)])
         finally:
             env.close()
         assert isinstance(agent.model, TransferModel)

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from tensorgym.hardware.child import Child, ChildDied, ChildTimeout
-from tensorgym.hardware.zygote import Zygote
+from tensorgym.processes.child import Child, ChildDied, ChildTimeout
+from tensorgym.processes.zygote import Zygote
 
 from .proc_tree import descendants, survivors
 
@@ -91,9 +91,9 @@ def test_closing_the_zygote_ends_its_forks():
 KILLED_PARENT = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from tensorgym.hardware.child import Child
+    from tensorgym.processes.child import Child
     from tests.test_zygote import Counter
-    from tensorgym.hardware.zygote import Zygote
+    from tensorgym.processes.zygote import Zygote
     z = Zygote(Counter, 0)
     child = Child(Counter, 0, zygote=z)
     child.send("sleep", 600)  # busy in a call when its parent dies

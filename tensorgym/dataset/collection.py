@@ -26,7 +26,7 @@ from ..records import Records
 from ..search import ProgressBar, tune
 from ..session import TuningSession
 from ..session import make_measurer as make_session_measurer
-from ..hardware.host import available_cpus
+from ..processes.host import available_cpus
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 

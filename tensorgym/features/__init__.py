@@ -14,21 +14,24 @@ no names, no randomness. Lowering and analysing one config costs about half a mi
 Python, so ``relation`` and ``context`` rows of a batch come from the fast path where it applies
 (``fast.py``): the template's loop structure with the knob values as NumPy arrays over the whole
 batch (``nest.py``, ``nest_cpu.py``, ``nest_gpu.py``), no lowering, the same rows bit for bit;
-``featurize(..., fast=False)`` always lowers (the reference). ``featurize`` also keeps an LRU
-cache of ``CACHE_SIZE`` rows per mode keyed by each config's space and knob choices: search
-revisits configs. The cache is per process and not locked; call ``featurize`` from one thread at
-a time. ``feature_names(mode)`` names every column.
+``featurize(..., fast=False)`` always lowers (the reference). A ``Featurizer`` holds the state:
+an LRU cache of ``CACHE_SIZE`` rows per mode keyed by each config's space and knob choices (search
+revisits configs) and the helper processes of big batches; whoever creates one closes it (``with
+Featurizer() as f:``; an env owns one). The cache is not locked: call a featurizer from one thread
+at a time. The module's ``featurize`` is one call of a featurizer of its own, created and closed
+in the call: nothing lasts between calls. ``feature_names(mode)`` names every column.
 """
 from __future__ import annotations
 
-import atexit
 from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 
 from ..loopast import Program
+from ..lower import lower
 from ..space import Config, ConfigSpace, SpaceKey
+from ..templates import space_of
 from ..workloads import Workload
 from .ast import NODE_TYPES, ast_arrays
 from .ast import loop_names as names_of_loops
@@ -48,8 +51,8 @@ CACHE_SIZE = 8192
 
 __all__ = ["FEATURE_MODES", "MAX_LOOPS", "MAX_KNOBS", "NODE_TYPES", "CONTEXT_NAMES",
            "PROGRAM_NAMES", "RELATION_PAIRS", "RELATION_NAMES", "THRESHOLDS", "KIND_NAMES",
-           "SLOT_ROLES", "featurize", "feature_length", "context_matrix", "extract",
-           "feature_names", "clear_cache", "default_jobs"]
+           "SLOT_ROLES", "Featurizer", "featurize", "feature_length", "context_matrix", "extract",
+           "feature_names", "default_jobs"]
 
 
 def _check_mode(mode: str) -> None:
@@ -114,8 +117,8 @@ class _LRU:
 
 class Featurizer:
     """Feature rows with their state: a row cache per mode, the spaces configs came from, and the
-    helper processes that lower big batches. An env owns one and closes it; ``featurize`` uses
-    a default one, closed at exit."""
+    helper processes that lower big batches. Whoever creates one closes it (``close``, or a
+    ``with`` block); an env owns one and closes it in ``env.close()``."""
 
     def __init__(self, cache_size: int = CACHE_SIZE) -> None:
         self.rows = {m: _LRU(cache_size) for m in ("relation", "context")}
@@ -130,6 +133,12 @@ class Featurizer:
     def close(self) -> None:
         """Stop the helper processes; the caches stay usable (helpers start again if needed)."""
         self.helpers.close()
+
+    def __enter__(self) -> "Featurizer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __getstate__(self) -> dict:  # a copy starts empty: caches and processes stay here
         return {"size": self.rows["relation"].size}
@@ -151,8 +160,6 @@ class Featurizer:
         (the reference). ``n_jobs`` > 1 lowers big batches in that many processes
         (``parallel.default_jobs()`` is what this machine allows); the fast path needs none.
         ``loop_names`` adds each ``ast`` tree's ``loop_var`` (``ast.loop_names``)."""
-        from ..lower import lower  # noqa: PLC0415
-
         _check_mode(mode)
         configs = list(configs)
         checked: set[int] = set()  # the spaces seen: configs of one space pass or fail alike
@@ -204,8 +211,6 @@ class Featurizer:
             raise ValueError(f"config of space {config.space_name} comes from no template's space: "
                              "pass the space it came from (space=)")
         if config.space_key not in self.spaces:
-            from ..templates import space_of  # noqa: PLC0415
-
             self.spaces[config.space_key] = space_of(workload, config.space_key)
         return self.spaces[config.space_key]
 
@@ -238,20 +243,14 @@ class Featurizer:
         return out
 
 
-_DEFAULT = Featurizer()
-atexit.register(_DEFAULT.close)
-
-
 def featurize(workload: Workload, configs: Sequence[Config], mode: str = "relation",
               space: "ConfigSpace | None" = None, n_jobs: int = 1, fast: bool = True,
               loop_names: bool = False) -> "np.ndarray | list[dict]":
-    """``Featurizer.featurize`` on the default featurizer (see there)."""
-    return _DEFAULT.featurize(workload, configs, mode, space, n_jobs, fast, loop_names)
-
-
-def clear_cache() -> None:
-    """Empty the default featurizer's caches."""
-    _DEFAULT.clear()
+    """``Featurizer.featurize`` (see there) on a featurizer of this call alone: no rows are kept
+    for later calls, and helper processes (``n_jobs`` > 1) are closed before it returns. Callers
+    that featurize again and again keep a ``Featurizer`` of their own."""
+    with Featurizer() as featurizer:
+        return featurizer.featurize(workload, configs, mode, space, n_jobs, fast, loop_names)
 
 
 def _check_config(workload: Workload, config: Config) -> None:
@@ -279,8 +278,6 @@ def _template_of(config: Config) -> str:
 
 def rows_by_lowering(workload: Workload, configs: Sequence[Config], mode: str) -> np.ndarray:
     """The reference rows: lower every config and analyse its loop AST."""
-    from ..lower import lower  # noqa: PLC0415
-
     return np.stack([_from_summary(summarize(lower(workload, c)), mode) for c in configs])
 
 

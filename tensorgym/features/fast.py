@@ -14,6 +14,7 @@ import numpy as np
 from .. import te
 from ..errors import InvalidConfigError
 from ..space import Config
+from ..templates.gpu import REDUCE_LEVELS, operands
 from ..workloads import Workload
 from .context import N_CONTEXT
 from .nest import analyze, inlined_source
@@ -44,8 +45,6 @@ def worthwhile(workload: Workload, template: str, mode: str, n: int) -> bool:
 
 @lru_cache(maxsize=256)
 def _template_ok(workload: Workload, target: str) -> bool:
-    from ..templates.gpu import REDUCE_LEVELS, operands  # noqa: PLC0415
-
     out = workload.output
     if workload.op not in REDUCE_LEVELS or target not in _GROUPS:
         return False

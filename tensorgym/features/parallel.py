@@ -19,8 +19,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..hardware.child import Child, ChildDied, ChildError, ChildPool
-from ..hardware.host import available_cpus
+from ..processes.child import Child, ChildDied, ChildError, ChildPool
+from ..processes.host import available_cpus
+from .fast import fast_rows
+from .nest import Unsupported
 
 MIN_CONFIGS_PER_JOB = 128  # below this the pickling and hand-off cost more than they save
 
@@ -34,17 +36,16 @@ class FeatureServer:
     """What a feature process serves."""
 
     def rows(self, workload, configs: Sequence, mode: str) -> np.ndarray:
-        from . import featurize  # noqa: PLC0415
+        """The reference rows (``rows_by_lowering``): the caller checked the configs, split them by
+        template and looked up its cache."""
+        from . import rows_by_lowering  # noqa: PLC0415  (cycle: features/__init__ imports this)
 
-        return featurize(workload, configs, mode, fast=False)
+        return rows_by_lowering(workload, configs, mode)
 
     def fast_rows(self, workload, configs: Sequence, mode: str,
                   max_loops: int) -> "np.ndarray | None":
         """The fast path's rows; None where it does not model the configs (the caller then
         lowers them)."""
-        from .fast import fast_rows  # noqa: PLC0415
-        from .nest import Unsupported  # noqa: PLC0415
-
         try:
             return fast_rows(workload, configs, mode, max_loops)
         except Unsupported:

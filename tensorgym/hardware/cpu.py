@@ -15,7 +15,8 @@ import numpy as np
 from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
-from .host import available_cpus, host_vector_lanes
+from ..processes.host import available_cpus
+from .host import host_vector_lanes
 from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage, checked_inputs,
                       page_floats)
 

@@ -6,6 +6,7 @@ from ..loopast import Program
 from ..space import Config
 from ..workloads import Workload
 from .cpu import lower_cpu
+from .gpu import lower_gpu
 
 
 def lower(workload: Workload, config: Config) -> Program:
@@ -16,6 +17,4 @@ def lower(workload: Workload, config: Config) -> Program:
                                  f"{workload.label}")
     if config.template == "cpu":
         return lower_cpu(workload, config)
-    from .gpu import lower_gpu  # noqa: PLC0415
-
     return lower_gpu(workload, config)

@@ -26,15 +26,16 @@ from dataclasses import asdict, replace
 from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import ErrorCode, LoweringBugWarning
-from ..hardware.host import DeviceLock, available_cpus
-from ..hardware.child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
 from ..hardware.target import get_target
-from ..hardware.zygote import Zygote
-from ..hardware.zygote import supported as zygote_supported
 from ..loopast import Program
+from ..processes.child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
+from ..processes.host import DeviceLock, available_cpus
+from ..processes.zygote import Zygote
+from ..processes.zygote import supported as zygote_supported
 from ..space import Config
 from ..workloads import Workload
-from .base import MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound, with_stop
+from .base import (MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound,
+                   with_stop)
 from .build import Builder, compile_error
 from .drift import DriftMonitor, calibration_config, calibration_workload
 from .result import BuildResult, MeasureResult, RunResult

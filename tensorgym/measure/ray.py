@@ -32,7 +32,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
-from ..hardware.host import available_cpus
+from ..processes.host import available_cpus
 from ..hardware.target import get_target
 from ..loopast import Program
 from ..space import Config

@@ -80,7 +80,7 @@ class Reference:
 COLD_MARGIN = 2.0
 # A first run that outlasts its bound that way is stopped from outside once it has run this long:
 # stopping it kills the worker, and a new one takes ~0.25 s to start (imports, inputs), or a few
-# milliseconds as a fork of a zygote (``tensorgym.hardware.zygote``), cold: its first parallel
+# milliseconds as a fork of a zygote (``tensorgym.processes.zygote``), cold: its first parallel
 # region starts the thread pool.
 KILL_AFTER_S = {"spawn": 0.25, "fork": 0.05}
 

@@ -12,7 +12,8 @@ from ..errors import InvalidConfigError
 from ..hardware.target import TARGET_ALIASES, TARGETS, Target, canonical_target, get_target
 from ..space import Config, ConfigSpace, SpaceKey
 from ..workloads import Workload
-from .cpu import cpu_space
+from .cpu import cpu_space, default_cpu_values
+from .gpu import check_gpu_config, default_gpu_values, gpu_space
 
 __all__ = ["TARGETS", "TARGET_ALIASES", "canonical_target", "space_for", "space_of",
            "check_config", "default_config"]
@@ -32,8 +33,6 @@ def space_of(workload: Workload, key: SpaceKey) -> ConfigSpace:
 def _space(workload: Workload, template: str, options: Mapping[str, Any]) -> ConfigSpace:
     if template == "cpu":
         return cpu_space(workload, **options)
-    from .gpu import gpu_space  # noqa: PLC0415  (GPU template lives beside the CPU one)
-
     return gpu_space(workload, **options)
 
 
@@ -42,8 +41,6 @@ def check_config(workload: Workload, config: Config, limits: Mapping) -> None:
     memory). CPU configs are valid by construction."""
     if config.template != "gpu":
         return
-    from .gpu import check_gpu_config  # noqa: PLC0415
-
     check_gpu_config(workload, config, limits)
 
 
@@ -52,9 +49,5 @@ def default_config(workload: Workload, target: "str | Target") -> Config:
     template = get_target(target).template
     space = _space(workload, template, {})
     if template == "cpu":
-        from .cpu import default_cpu_values
-
         return space.from_values(default_cpu_values(workload))
-    from .gpu import default_gpu_values  # noqa: PLC0415
-
     return space.from_values(default_gpu_values(workload))

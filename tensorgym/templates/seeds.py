@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..hardware.host import host_vector_lanes
 from ..hardware.target import Target, get_target
 from ..space import Config, ConfigSpace
 from ..workloads import Workload
@@ -79,9 +80,7 @@ def seed_configs(workload: Workload, target: "str | Target", lanes: "int | None"
     if target.template != "cpu":
         return seeds
     if lanes is None:
-        from ..hardware.host import host_vector_lanes  # noqa: PLC0415  (loads LLVM)
-
-        lanes = host_vector_lanes()
+        lanes = host_vector_lanes()  # loads LLVM (hardware.host imports it on the first call)
     space = space_for(workload, target)
     seen = {seeds[0].index}
     # first the vendor-class kernels (output channels / B columns in the lanes, packed operand:

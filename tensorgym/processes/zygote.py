@@ -94,7 +94,7 @@ class Zygote(Child):
     own calls compute what every later fork should inherit. It reserves the method names
     ``FORK`` and ``REAP``."""
 
-    module = "tensorgym.hardware.zygote"
+    module = "tensorgym.processes.zygote"
     env = ZYGOTE_ENV
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "zygote") -> None:

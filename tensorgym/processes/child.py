@@ -2,7 +2,7 @@
 
 multiprocessing's ``spawn`` re-imports the caller's ``__main__``, so a plain script without an
 ``if __name__ == "__main__":`` guard could not take a step. A ``Child`` is instead started as
-``python -m tensorgym.hardware.child FD``: it imports only tensorgym, builds one server object
+``python -m tensorgym.processes.child FD``: it imports only tensorgym, builds one server object
 from a picklable factory, and answers ``(method, args)`` calls over a pipe.
 
 A child may start under a lock (``start_lock``: a ``DeviceLock`` held shared from ``spawn``
@@ -33,7 +33,7 @@ import traceback
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: zygote imports this module
     from .host import DeviceLock
     from .zygote import Zygote
 
@@ -81,9 +81,9 @@ def launch(module: str, factory: Callable[..., Any], args: tuple,
 
 class Child:
     """One helper process serving the object ``factory(*args)`` (or, with a ``zygote``, a fork
-    of the zygote's own such object: ``tensorgym.hardware.zygote``)."""
+    of the zygote's own such object: ``tensorgym.processes.zygote``)."""
 
-    module = "tensorgym.hardware.child"  # what the process runs (``python -m``)
+    module = "tensorgym.processes.child"  # what the process runs (``python -m``)
     env: dict = {}  # and with which variables besides the caller's
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child",
