@@ -34,6 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
 from ..space import Config
 from ..workloads import Workload
+from .device import Device
 from .host import available_cpus
 from .measure import MeasureOptions, Measurer, stop_bound
 from .result import BuildResult, MeasureResult
@@ -59,20 +60,6 @@ def connect(address: "str | None") -> None:
                              "`ray start --head` (docs/distributed.md)") from None
 
 
-def device_kind(fingerprint: str) -> str:
-    """The kind a request names, from a device fingerprint: ``cpu/<arch>[/<isa>]/<model>/<n>t``
-    -> ``cpu/<model>``, ``cuda:<name>/<arch>`` -> ``cuda/<name>``,
-    ``opencl:<platform>/<name>/<version>`` -> ``opencl/<name>``."""
-    if fingerprint.startswith("cpu/"):
-        return "cpu/" + fingerprint.split("/")[-2]
-    kind, _, rest = fingerprint.partition(":")
-    if kind == "cuda":
-        return "cuda/" + rest.rsplit("/", 1)[0]
-    if kind == "opencl":
-        return "opencl/" + rest.split("/", 1)[-1].rsplit("/", 1)[0]
-    return fingerprint
-
-
 def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
     """Runtime arguments made explicit on a node. Ray sets ``OMP_NUM_THREADS=1`` in its
     workers, which the CPU runtime would take for its thread count: name the node's cores."""
@@ -82,8 +69,8 @@ def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
 
 
 @dataclass(frozen=True)
-class Device:
-    """One device of the cluster, timed by the actor ``actor_name`` on node ``node_id``."""
+class RayDevice:
+    """One device slot of the cluster, timed by the actor ``actor_name`` on node ``node_id``."""
 
     node_id: str
     node_ip: str
@@ -92,8 +79,14 @@ class Device:
     actor_name: str = ""
 
     @property
+    def device(self) -> Device:
+        return replace(Device.parse(self.fingerprint), node=self.node_id)
+
+    @property
     def kind(self) -> str:
-        return device_kind(self.fingerprint)
+        """What a request names (``Device.request_kind``): ``cpu/<model>``, ``cuda/<name>``,
+        ``opencl/<name>``."""
+        return Device.parse(self.fingerprint).request_kind
 
     @property
     def label(self) -> str:
@@ -191,7 +184,7 @@ def _timer(node_id: str, target: str, kwargs: dict) -> tuple[str, Any]:
     return name, _TIMERS[name]
 
 
-def discover(target: str, runtime_kwargs: dict) -> tuple[list[Device], list[str]]:
+def discover(target: str, runtime_kwargs: dict) -> tuple[list[RayDevice], list[str]]:
     """Every device of ``target`` in the cluster, each with its timing actor started (or
     found: they live as long as this process's Ray job), and a line per device that could not
     start."""
@@ -217,8 +210,8 @@ def discover(target: str, runtime_kwargs: dict) -> tuple[list[Device], list[str]
                 problems.append(f"node {node['NodeManagerAddress']}: {target} unavailable: "
                                 f"{_short(e)}")
                 continue
-            devices.append(Device(d["node_id"], d["node_ip"], d["fingerprint"],
-                                  d["runtime_kwargs"], name))
+            devices.append(RayDevice(d["node_id"], d["node_ip"], d["fingerprint"],
+                                     d["runtime_kwargs"], name))
         if not slots:
             break
     return devices, problems
@@ -229,7 +222,7 @@ def _short(e: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}".strip().splitlines()[-1][:300]
 
 
-def cluster_summary(devices: Sequence[Device], problems: Sequence[str]) -> str:
+def cluster_summary(devices: Sequence[RayDevice], problems: Sequence[str]) -> str:
     """The cluster's nodes (their CPUs, GPUs and accelerator types) and devices, one a line."""
     lines = []
     for n in _alive_nodes():
@@ -323,7 +316,7 @@ class _Batch:
         self.building: dict[Any, tuple[int, str, Any]] = {}  # summary ref -> (i, node, full)
         self.busy: Counter = Counter()  # build slots in use per node
         self.built: deque[tuple[int, Any]] = deque()  # (i, full ref) waiting for a device
-        self.timing: dict[Any, tuple[Device, list[tuple[int, Any]]]] = {}
+        self.timing: dict[Any, tuple[RayDevice, list[tuple[int, Any]]]] = {}
         self.leader: dict[str, int] = {}  # kernel key -> the config whose run times it
         self.followers: dict[int, list[int]] = {}
         self.out: list[Optional[MeasureResult]] = [None] * len(configs)
