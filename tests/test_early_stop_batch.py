@@ -13,6 +13,7 @@ import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Builder, Measurer, MeasureOptions, stop_bound
 from tensorgym.hardware.worker import COLD_MARGIN, KernelWorker, cold_run_lost, contends
+from tensorgym.task import Task
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import matmul
 
@@ -121,7 +122,7 @@ def test_the_env_stops_within_its_first_batch_and_says_so(tmp_path, measurer, fa
     f, s = u.measure([fast.config, slow.config])  # no best yet: the fast one bounds the slow
     assert not f.extra.get("early_stop") and s.extra["early_stop"]
     assert u.best.config == fast.config and s.gflops < u.best.gflops
-    record = u.records.lookup(W.key, "cpu", u.device, slow.config.to_json())
+    record = u.records.lookup(Task(W.key, "cpu", u.device), slow.config.to_json())
     assert record is not None and tuple(record.costs) == s.costs
     assert json.loads(record.options)["result"]["early_stop"]
     _, _, _, _, info = env.step(np.array(slow.config.choices))

@@ -6,6 +6,7 @@ import pytest
 
 import tensorgym  # noqa: F401  (registers the envs)
 from tensorgym.hardware.measure import Measurer, MeasureOptions
+from tensorgym.task import Task
 from tensorgym.templates import space_for
 from tensorgym.workloads import matmul
 
@@ -96,7 +97,7 @@ def test_the_envs_best_is_always_confirmed(tmp_path, measurer):
     results = u.measure(space_for(W, "cpu").sample(np.random.default_rng(7), 8))
     assert u.best is not None and u.best.extra.get("confirmed")
     assert u.best.gflops == max(r.gflops for r in results)
-    record = u.records.lookup(W.key, "cpu", u.device, u.best.config.to_json())
+    record = u.records.lookup(Task(W.key, "cpu", u.device), u.best.config.to_json())
     assert tuple(record.costs) == u.best.costs  # the database holds the confirmed samples
     _, _, _, _, info = env.step(env.action_space.sample())
     assert {"confirmed", "early_stop", "drift", "cv"} <= set(info)

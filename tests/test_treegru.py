@@ -16,6 +16,7 @@ from tensorgym.features.ast import NODE_TYPES, ast_arrays
 from tensorgym.hardware.result import MeasureResult
 from tensorgym.lower import lower
 from tensorgym.records import Records
+from tensorgym.task import Task
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
 from .renaming import Renamer
@@ -224,7 +225,7 @@ def test_transfer_model_with_treegru_global_and_local(tmp_path):
         g = 10.0 * synthetic_gflops(c)
         results.append(MeasureResult(c, (1e6 / (g * 1e9),), flops=10**6) if g > 0 else
                        MeasureResult(c, (), ErrorCode.RUNTIME_DEVICE, "synthetic", flops=10**6))
-    records.add_many(source, "cpu", "test", results)
+    records.add_many(Task(source.key, "cpu", "test"), results)
     data = load_source_data(records, [source], "cpu", mode="ast", device="test", max_samples=50)
     assert isinstance(data.X, list) and len(data.X) == len(data.y) == 50
 

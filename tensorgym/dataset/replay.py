@@ -35,9 +35,10 @@ from ..hardware.measure import MeasureOptions
 from ..hardware.result import MeasureResult, spread
 from ..hardware.target import get_target
 from ..space import Config, ConfigSpace
+from ..task import Task
 from ..workloads import Workload
 from .cache import CacheDir, feature_code_hash, load_rows, save_rows, short_hash
-from .data import Dataset, DatasetError, Task
+from .data import Dataset, DatasetError
 
 ON_MISS = ("error", "nearest", "surrogate", "measure")
 SOURCES = ("recorded", "surrogate", "measured")
@@ -101,9 +102,10 @@ class _Sample:
 
 @dataclass
 class ReplayTask:
-    """The recorded configs of one workload on the replay's device: ``configs[i]`` has the
-    records ``samples[i]``; ``index_of`` maps a config index to ``i``."""
+    """The recorded configs of one task (a workload on the replay's device): ``configs[i]`` has
+    the records ``samples[i]``; ``index_of`` maps a config index to ``i``."""
 
+    task: Task
     workload: Workload
     space: ConfigSpace
     configs: list[Config]
@@ -333,7 +335,8 @@ class ReplayMeasurer:
         from ..templates import space_for
 
         space = space_for(workload, self.target)
-        recs = self.dataset.task_records(workload.key, self.target, self.device)
+        task = Task(workload.key, self.target, self.device)
+        recs = self.dataset.task_records(task)
         configs: list[Config] = []
         samples: list[list[_Sample]] = []
         index_of: dict[int, int] = {}
@@ -366,7 +369,8 @@ class ReplayMeasurer:
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
                                f"{workload.label} on {self.device}")
         choices = np.array([c.choices for c in configs], np.int64)
-        return ReplayTask(workload, space, configs, samples, index_of, choices, workload.flops)
+        return ReplayTask(task, workload, space, configs, samples, index_of, choices,
+                          workload.flops)
 
     def _recorded(self, task: ReplayTask, p: int, config: Config,
                   n: Optional[int] = None) -> MeasureResult:
@@ -426,8 +430,7 @@ class ReplayMeasurer:
             ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
             X = rows[[p for p, _ in ok]] if ok else rows[:0]
             y = np.array([float(np.median(s.costs)) for _, s in ok])
-            name = f"surrogate-{short_hash(task.workload.key + '|' + self.device)}-" \
-                   f"{feature_code_hash()}"
+            name = f"surrogate-{_task_hash(task.task)}-{feature_code_hash()}"
             task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
         X = self._compute_rows(task, configs, FEATURE_MODE)
         seconds = task.surrogate.predict_seconds(X)
@@ -442,8 +445,7 @@ class ReplayMeasurer:
         if mode not in CACHED_MODES:
             raise TensorGymError(f"replay keeps feature rows of modes {CACHED_MODES}, not {mode!r}")
         jsons = [c.to_json() for c in task.configs]
-        name = (f"features-{mode}-{short_hash(task.workload.key + '|' + self.device)}-"
-                f"{feature_code_hash()}.npz")
+        name = f"features-{mode}-{_task_hash(task.task)}-{feature_code_hash()}.npz"
         rows = load_rows(self.cache, name, jsons)
         if rows is None:
             rows = self._compute_rows(task, task.configs, mode)
@@ -489,6 +491,12 @@ class ReplayMeasurer:
             f"config {c.index} of {task.workload.label}{more} is not in dataset "
             f"{self.dataset.path} ({len(task.configs)} configs recorded on {self.device}): "
             f"on_miss='error'; use on_miss='nearest', 'surrogate' or 'measure' to answer it")
+
+
+def _task_hash(task: Task) -> str:
+    """The short hash of a task in the names of its cache files (the target is the dataset's:
+    it is not in them)."""
+    return short_hash(task.workload + "|" + task.device)
 
 
 def _new_replay(*args: Any) -> ReplayMeasurer:

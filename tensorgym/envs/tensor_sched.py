@@ -17,6 +17,7 @@ from ..hardware.result import MeasureResult
 from ..meter import Meter
 from ..records import Records
 from ..space import Config, is_int, short_repr
+from ..task import Task
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 
@@ -401,7 +402,7 @@ class TensorSchedEnv(gym.Env):
         if self.use_cache and self.records is not None:
             with self.meter.time("other"):
                 for i, c in enumerate(configs):
-                    rec = self.records.lookup(self.workload.key, self.target, self.device,
+                    rec = self.records.lookup(Task(self.workload.key, self.target, self.device),
                                               c.to_json())
                     if rec is not None:
                         results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
@@ -414,9 +415,9 @@ class TensorSchedEnv(gym.Env):
                                       early_stop=self.early_stop)
             if self.records is not None and not all(r.cached for r in fresh):
                 with self.meter.time("other"):
-                    self.records.add_many(self.workload, self.target, self.device, fresh,
+                    self.records.add_many(Task(self.workload.key, self.target, self.device), fresh,
                                           options={"measurer": self.measurer.describe(),
-                                                   **self.record_options})
+                                                   **self.record_options}, workload=self.workload)
             for i, r in zip(todo, fresh):
                 results[i] = r
         for r in results:
@@ -473,8 +474,8 @@ class TensorSchedEnv(gym.Env):
                                                                      self.reference_config)
         if self._reference_seconds is None:
             cfg_json = self.reference_config.to_json()
-            cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
-                      if self.records is not None else None)
+            cached = (self.records.reference(Task(self.workload.key, self.target, self.device),
+                                             cfg_json) if self.records is not None else None)
             if cached is not None and not (math.isfinite(cached) and cached > 0):
                 cached = None  # a damaged database: measure the reference again
             if cached is None:
@@ -484,7 +485,7 @@ class TensorSchedEnv(gym.Env):
                                          f"on {self.target}: {r.error.name} {r.error_msg}")
                 cached = r.median
                 if self.records is not None:
-                    self.records.set_reference(self.workload.key, self.target, self.device,
+                    self.records.set_reference(Task(self.workload.key, self.target, self.device),
                                                cfg_json, cached)
             self._reference_seconds = cached
         return self._reference_seconds
