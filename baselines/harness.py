@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import statistics
 from importlib import metadata
 from typing import Any
 
+from tensorgym.errors import TensorGymError
+from tensorgym.hardware.device import Device
 from tensorgym.workloads import Workload, get_workload
 
 
@@ -56,9 +57,12 @@ def device_info(target: str, threads: int = 0) -> dict[str, Any]:
 
 
 def device_threads(device_name: str) -> "int | None":
-    """The CPU runtime's thread count, from its fingerprint (``cpu/<arch>/<model>/<n>t``)."""
-    m = re.search(r"/(\d+)t$", device_name)
-    return int(m.group(1)) if m else None
+    """The CPU runtime's thread count, from its fingerprint (``cpu/<arch>/<model>/<n>t``); None
+    for another device or a string that names none."""
+    try:
+        return Device.parse(device_name).threads or None
+    except TensorGymError:
+        return None
 
 
 def software_versions() -> dict[str, str]:

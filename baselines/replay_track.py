@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer, Measurer
+from tensorgym.task import Task
 from tensorgym.workloads import get_workload
 
 from .harness import device_info, device_threads, runtime_options, software_versions
@@ -63,7 +64,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
         if (peak := device_peak_gflops(target, options.threads)) is not None:
             runs[target].device["fma_peak_gflops"] = peak
     missing = [f"{w}@{t}" for w, t in suite.tasks
-               if not data.task_records(get_workload(w).key, t, devices[t])]
+               if not data.task_records(Task(get_workload(w).key, t, devices[t]))]
     if missing:
         raise TensorGymError(f"dataset {data.path} has no records of {', '.join(missing)} on "
                              "this device")

@@ -25,14 +25,14 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from tensorgym.errors import ErrorCode, TensorGymError
+from tensorgym.hardware.device import Device
 from tensorgym.templates import space_for
 from tensorgym.workloads import Workload, get_workload
 
@@ -132,9 +132,12 @@ def _summary(ps: list[str], n: int = 3) -> str:
 
 def _foreign_note(theirs: str, here: str) -> str:
     note = f"measured on {theirs}, this is {here}"
-    m = re.fullmatch(r"(.*)/(\d+)t", theirs)
-    if m and re.fullmatch(re.escape(m.group(1)) + r"/\d+t", here):
-        note += f" (rerun with --threads {m.group(2)} to check it)"
+    try:
+        a, b = Device.parse(theirs), Device.parse(here)
+    except TensorGymError:
+        return note
+    if a.kind == b.kind == "cpu" and replace(a, threads=b.threads) == b:
+        note += f" (rerun with --threads {a.threads} to check it)"
     return note
 
 

@@ -10,6 +10,7 @@ import tensorgym
 from tensorgym import matmul
 from tensorgym.errors import TensorGymError
 from tensorgym.records import Records
+from tensorgym.task import Task
 
 PY = sys.executable
 tmp = tempfile.mkdtemp()
@@ -91,7 +92,7 @@ rec = Records(db3, timeout=0.05, retry_delays=(0.0,))
 held = sqlite3.connect(db3, isolation_level=None); held.execute("BEGIN EXCLUSIVE")
 m = LocalMeasurer("cpu"); res = m.measure(w, [default_config(w, "cpu")]); m.close()
 try:
-    rec.add_many(w, "cpu", "dev", res)
+    rec.add_many(Task(w.key, "cpu", "dev"), res, workload=w)
 except TensorGymError as e:
     line("records write fails", f"{type(e).__name__}: {str(e)[:160]}… side file exists: {os.path.exists(e.saved_to)}")
 held.execute("ROLLBACK"); held.close()

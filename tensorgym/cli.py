@@ -250,7 +250,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for side, n in u.records.restore_unsaved():  # batches a failed write had to set aside
             print(f"restored {n} measurements into {u.records.path} from {side}", file=sys.stderr)
         # earlier measurements of this task (workload, space, target, device): reused, not redone
-        prior = [] if args.fresh else u.records.results(workload, args.target, u.device, u.space)
+        prior = [] if args.fresh else u.records.results(u.task, u.space)
         n_new = max(0, args.trials - len(prior)) if args.resume else args.trials
         if prior and not args.json:
             print(_reuse_line(agent, prior, n_new, args, u.records.path), flush=True)

@@ -26,6 +26,7 @@ import platformdirs
 
 from .errors import ErrorCode, InvalidConfigError, RecordsError, TensorGymError
 from .measure.result import MeasureResult
+from .task import Task
 from .workloads import Workload, get_workload
 
 SCHEMA_VERSION = 1
@@ -164,29 +165,34 @@ class Records:
 
     # ---------------------------------------------------------------- writing
 
-    def add(self, workload: Workload, target: str, device: str,
-            result: MeasureResult) -> None:
-        self.add_many(workload, target, device, [result])
+    def add(self, task: Task, result: MeasureResult, *,
+            workload: Optional[Workload] = None) -> None:
+        self.add_many(task, [result], workload=workload)
 
-    def add_many(self, workload: Workload, target: str, device: str,
-                 results: Iterable[MeasureResult], options: Optional[dict] = None) -> None:
-        """Write a batch in one transaction (all of it or none). If the write still fails after
-        the retries, the batch goes to a side file and ``RecordsError`` says where. Results
-        served from a database (``cached``) are skipped; one that is not a measurement
+    def add_many(self, task: Task, results: Iterable[MeasureResult],
+                 options: Optional[dict] = None, *, workload: Optional[Workload] = None) -> None:
+        """Write a batch of ``task`` in one transaction (all of it or none). If the write still
+        fails after the retries, the batch goes to a side file and ``RecordsError`` says where.
+        Results served from a database (``cached``) are skipped; one that is not a measurement
         (``source`` recorded or surrogate) is refused. ``options`` (JSON-serializable:
-        how the batch was measured, e.g. ``Measurer.describe()``) is kept with each record."""
+        how the batch was measured, e.g. ``Measurer.describe()``) is kept with each record.
+        ``workload``: the task's ``Workload``, registered with its name (default:
+        ``get_workload(task.workload)``, the registered one or a nameless one of that key)."""
+        _check_workload(task, workload)
         results = [r for r in results if not r.cached]
         for r in results:
             if r.source in NOT_MEASURED:
                 raise TensorGymError(f"records database {self.path}: config {r.config.index} "
                                      f"is a {r.source} answer, not a measurement; it "
                                      "is never written as one")
-        rows = [(workload.key, target, device, r.config.space_name, r.config.index,
+        rows = [(task.workload, task.target, task.device, r.config.space_name, r.config.index,
                  r.config.to_json(), json.dumps(list(r.costs)), int(r.error), r.error_msg,
                  r.gflops, r.build_time, r.run_time, r.timestamp or time.time(),
                  _options_json(options, r)) for r in results]
         if not rows:
             return
+        if workload is None:
+            workload = get_workload(task.workload)
         wl = (workload.key, workload.op, json.dumps(workload.params), workload.name)
         try:
             self._write(lambda db: self._insert(db, {wl: rows}))
@@ -271,12 +277,12 @@ class Records:
                 side.unlink()
         return done
 
-    def set_reference(self, workload_key: str, target: str, device: str, config_json: str,
-                      seconds: float) -> None:
+    def set_reference(self, task: Task, config_json: str, seconds: float) -> None:
         def write(db: sqlite3.Connection) -> None:
             with db:
                 db.execute("INSERT OR REPLACE INTO references_ VALUES (?, ?, ?, ?, ?, ?)",
-                           (workload_key, target, device, config_json, seconds, time.time()))
+                           (task.workload, task.target, task.device, config_json, seconds,
+                            time.time()))
 
         with self._errors("write the reference time"):
             self._write(write)
@@ -306,22 +312,22 @@ class Records:
         recs = self.query(workload_key, target, device, ok_only=True)
         return sorted(recs, key=lambda r: -r.gflops)[:k]
 
-    def lookup(self, workload_key: str, target: str, device: str,
-               config_json: str) -> Optional[Record]:
-        """The latest usable record of this exact config, if any (to serve a re-measurement)."""
+    def lookup(self, task: Task, config_json: str) -> Optional[Record]:
+        """The latest usable record of this exact config of ``task``, if any (to serve a
+        re-measurement)."""
         rows = self._read(f"SELECT {self._columns} FROM records WHERE workload_key = ? AND "
                           "target = ? AND device = ? AND config_json = ? ORDER BY id DESC",
-                          (workload_key, target, device, config_json))
+                          (task.workload, task.target, task.device, config_json))
         recs = self._records(rows)
         return recs[0] if recs else None
 
-    def results(self, workload: Workload, target: str, device: str,
-                space: Any) -> list[MeasureResult]:
-        """Every config of ``space`` measured for this task (workload, target, device), once
-        each (its latest usable record), as ``MeasureResult(cached=True)`` in the order they
-        were first measured: what a new tuning session of this task can reuse."""
+    def results(self, task: Task, space: Any) -> list[MeasureResult]:
+        """Every config of ``space`` measured for ``task``, once each (its latest usable
+        record), as ``MeasureResult(cached=True)`` in the order they were first measured: what
+        a new tuning session of this task can reuse."""
         out: dict[int, MeasureResult] = {}
-        for rec in self.query(workload.key, target, device):
+        flops = self._workload_flops(task.workload)  # known: query keeps only such records
+        for rec in self.query(task.workload, task.target, task.device):
             if rec.space_name != space.name:
                 continue
             try:
@@ -329,23 +335,22 @@ class Records:
             except InvalidConfigError:
                 continue  # the space changed since: this record no longer describes a config
             out[config.index] = MeasureResult(config, rec.costs, rec.error, rec.error_msg,
-                                              workload.flops, rec.build_time, rec.run_time,
+                                              flops, rec.build_time, rec.run_time,
                                               rec.timestamp, cached=True)
         return list(out.values())
 
-    def reference(self, workload_key: str, target: str, device: str,
-                  config_json: str) -> Optional[float]:
-        """Seconds of the reference schedule on this device, if measured before (and sane)."""
+    def reference(self, task: Task, config_json: str) -> Optional[float]:
+        """Seconds of the reference schedule of ``task``, if measured before (and sane)."""
         rows = self._read("SELECT seconds FROM references_ WHERE workload_key = ? AND "
                           "target = ? AND device = ? AND config_json = ?",
-                          (workload_key, target, device, config_json))
+                          (task.workload, task.target, task.device, config_json))
         if not rows:
             return None
         seconds = rows[0][0]
         if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
             return float(seconds)
         warnings.warn(f"records database {self.path}: ignoring the stored reference time "
-                      f"{seconds!r} of {workload_key} on {device} (not a positive number of "
+                      f"{seconds!r} of {task.workload} on {task.device} (not a positive number of "
                       "seconds); it will be measured again", stacklevel=2)
         return None
 
@@ -430,6 +435,11 @@ class Records:
         if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
             return "a success without positive finite times"
         return dataclasses.replace(rec, gflops=flops / statistics.median(costs) / 1e9)
+
+
+def _check_workload(task: Task, workload: Optional[Workload]) -> None:
+    if workload is not None and workload.key != task.workload:
+        raise TensorGymError(f"workload {workload.label} is not the workload of {task}")
 
 
 def _has_options(db: sqlite3.Connection) -> bool:

@@ -20,6 +20,7 @@ from .measure import LocalMeasurer, MeasureOptions, MeasureResult, Measurer
 from .meter import Meter
 from .records import Records
 from .space import Config, is_int
+from .task import Task
 from .templates import canonical_target, default_config, space_for
 from .workloads import Workload, get_workload
 
@@ -151,6 +152,11 @@ class TuningSession:
         return self.measurer.device
 
     @property
+    def task(self) -> Task:
+        """The task: this workload on this target and the measurer's device."""
+        return Task(self.workload.key, self.target, self.device)
+
+    @property
     def trials(self) -> int:
         return len(self.history)
 
@@ -196,8 +202,7 @@ class TuningSession:
         if self.use_cache and self.records is not None:
             with self.meter.time("other"):
                 for i, c in enumerate(configs):
-                    rec = self.records.lookup(self.workload.key, self.target, self.device,
-                                              c.to_json())
+                    rec = self.records.lookup(self.task, c.to_json())
                     if rec is not None:
                         results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
                                                    self.workload.flops, rec.build_time,
@@ -209,9 +214,10 @@ class TuningSession:
                                       early_stop=self.early_stop)
             if self.records is not None and not all(r.cached for r in fresh):
                 with self.meter.time("other"):
-                    self.records.add_many(self.workload, self.target, self.device, fresh,
+                    self.records.add_many(self.task, fresh,
                                           options={"measurer": self.measurer.describe(),
-                                                   **self.record_options})
+                                                   **self.record_options},
+                                          workload=self.workload)
             for i, r in zip(todo, fresh):
                 results[i] = r
         for r in results:
@@ -268,7 +274,7 @@ class TuningSession:
                                                                       self.reference_config)
         if self._reference_seconds is None:
             cfg_json = self.reference_config.to_json()
-            cached = (self.records.reference(self.workload.key, self.target, self.device, cfg_json)
+            cached = (self.records.reference(self.task, cfg_json)
                       if self.records is not None else None)
             if cached is not None and not (math.isfinite(cached) and cached > 0):
                 cached = None  # a damaged database: measure the reference again
@@ -279,8 +285,7 @@ class TuningSession:
                                          f"on {self.target}: {r.error.name} {r.error_msg}")
                 cached = r.median
                 if self.records is not None:
-                    self.records.set_reference(self.workload.key, self.target, self.device,
-                                               cfg_json, cached)
+                    self.records.set_reference(self.task, cfg_json, cached)
             self._reference_seconds = cached
         return self._reference_seconds
 

@@ -9,6 +9,7 @@ from .synthetic import SyntheticEnv
 from tensorgym.features import featurize
 from tensorgym.measure.result import MeasureResult
 from tensorgym.records import Records
+from tensorgym.task import Task
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
 
@@ -30,11 +31,12 @@ def records():
     for w, scale in zip(SOURCES, (1.0, 10.0)):
         space = space_for(w, "cpu")
         configs = space.sample_unique(rng, 80)
-        db.add_many(w, "cpu", "test-device", [
+        db.add_many(Task(w.key, "cpu", "test-device"), [
             MeasureResult(c, (w.flops / (scale * speed(c) * 1e9),), flops=w.flops)
             for c in configs])
-        db.add(w, "cuda", "gpu", MeasureResult(configs[0], (1.0,), flops=w.flops))  # other target
-    db.add(TARGET, "cpu", "test-device",
+        db.add(Task(w.key, "cuda", "gpu"),  # another target
+               MeasureResult(configs[0], (1.0,), flops=w.flops))
+    db.add(Task(TARGET.key, "cpu", "test-device"),
            MeasureResult(space_for(TARGET, "cpu").get(0), (1.0,), flops=TARGET.flops))
     return db
 

@@ -14,6 +14,7 @@ from tensorgym.dataset import Dataset, DatasetError, collect
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import MeasureOptions
 from tensorgym.records import Records
+from tensorgym.task import Task
 from tensorgym.templates import default_config
 from tensorgym.workloads import get_workload
 
@@ -38,7 +39,7 @@ def test_collect_measures_the_reference_and_n_configs_with_their_options(db):
     assert len(data) == 7  # the reference schedule, then 6 distinct random configs
     assert len({r.config_json for r in data.records}) == 7
     (task,) = data.tasks()
-    assert task.workload_key == get_workload(WORKLOAD).key and task.device.endswith("/1t")
+    assert task.workload == get_workload(WORKLOAD).key and task.device.endswith("/1t")
     opts = json.loads(data.records[0].options)
     assert opts["collect"] == {"strategy": "random", "seed": 0}
     assert opts["measurer"]["stop_slower_than"] == 0.0  # early stop off for datasets
@@ -174,10 +175,10 @@ def test_records_refuse_answers_that_are_not_measurements(db):
     replay = ReplayMeasurer(db)
     (answer,) = replay.measure(w, [replay.task(w).configs[0]])
     records = Records(":memory:")
-    records.add_many(w, "cpu", replay.device, [answer])  # served, not measured: skipped
+    records.add_many(Task(w.key, "cpu", replay.device), [answer])  # served, not measured: skipped
     assert len(records) == 0
     with pytest.raises(TensorGymError, match="not a measurement"):
-        records.add_many(w, "cpu", replay.device, [replace(answer, cached=False)])
+        records.add_many(Task(w.key, "cpu", replay.device), [replace(answer, cached=False)])
 
 
 def test_importing_tensorgym_imports_neither_pyarrow_nor_xgboost():
@@ -199,13 +200,13 @@ def test_the_bundled_dataset_loads_and_covers_what_its_readme_says():
 
     assert BUNDLED.stat().st_size <= 25 * 2**20
     data = Dataset.load(BUNDLED)
-    tasks = {t.workload_key: t for t in data.tasks() if t.target == "cpu"}
+    tasks = {t.workload: t for t in data.tasks() if t.target == "cpu"}
     readme = (BUNDLED.parent / "README.md").read_text()
     assert data.digest in readme
     for name in RESNET18:
         w = WORKLOADS[name]
         assert w.key in tasks, f"{name} missing"
-        recs = data.task_records(w.key, "cpu", tasks[w.key].device)
+        recs = data.task_records(tasks[w.key])
         strategies = {json.loads(r.options)["collect"]["strategy"] for r in recs}
         assert strategies == {"random", "agent:xgb"}, (name, strategies)
         assert default_config(w, "cpu").to_json() in {r.config_json for r in recs}

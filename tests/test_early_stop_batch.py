@@ -122,7 +122,7 @@ def test_the_env_stops_within_its_first_batch_and_says_so(tmp_path, measurer, fa
     f, s = u.session.measure([fast.config, slow.config])  # no best yet: the fast one bounds the slow
     assert not f.early_stop and s.early_stop
     assert u.best.config == fast.config and s.gflops < u.best.gflops
-    record = u.session.records.lookup(W.key, "cpu", u.session.device, slow.config.to_json())
+    record = u.session.records.lookup(u.session.task, slow.config.to_json())
     assert record is not None and tuple(record.costs) == s.costs
     assert json.loads(record.options)["result"]["early_stop"]
     _, _, _, _, info = env.step(np.array(slow.config.choices))

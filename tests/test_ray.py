@@ -23,6 +23,7 @@ from tensorgym.measure import MeasureOptions  # noqa: E402
 from tensorgym.measure.ray import RayMeasurer  # noqa: E402
 from tensorgym.records import Records  # noqa: E402
 from tensorgym.session import make_measurer  # noqa: E402
+from tensorgym.task import Task  # noqa: E402
 from tensorgym.templates import default_config, space_for  # noqa: E402
 from tensorgym.workloads import matmul  # noqa: E402
 
@@ -176,7 +177,8 @@ class TestTwoNodes:
         killed = False
         try:
             for i, r in m.measure_iter(W, configs):
-                records.add_many(W, "cpu", m.device, [r])  # the caller is the single writer
+                # the caller is the single writer
+                records.add_many(Task(W.key, "cpu", m.device), [r])
                 got.append(i)
                 assert r.ok or r.error != ErrorCode.UNKNOWN_ERROR, r.error_msg
                 if not killed:

@@ -22,6 +22,7 @@ from tensorgym.cli import main
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.records import Records
+from tensorgym.task import Task
 from tensorgym.templates import space_for
 
 from .proc_tree import descendants, survivors
@@ -152,7 +153,7 @@ def test_unwritable_database_keeps_measured_results(measurer, tmp_path):
     assert str(path) in str(e.value) and str(side) in str(e.value)
     db = Records(path)
     assert len(db) == 0 and db.restore(side) == 4
-    kept = db.results(u.workload, "cpu", u.session.device, u.space)
+    kept = db.results(u.session.task, u.space)
     assert [r.config for r in kept] == configs
     assert all(r.ok and r.gflops > 0 for r in kept)  # the measured times, not placeholders
     env.close()
@@ -173,8 +174,7 @@ def test_doctored_reference_time_is_measured_again(measurer, tmp_path, stored):
     with pytest.warns(UserWarning, match="reference time"):
         _, reward, *_ = env2.step(env2.action_space.sample())
     assert math.isfinite(reward) and env2.unwrapped.session.reference_seconds > 0
-    ref = Records(path).reference(u.workload.key, "cpu", u.session.device,
-                                  u.session.reference_config.to_json())
+    ref = Records(path).reference(u.session.task, u.session.reference_config.to_json())
     assert ref is not None and ref > 0  # replaced by the new measurement
     env.close()
     env2.close()
@@ -192,7 +192,7 @@ def test_tune_writes_back_what_a_failed_write_set_aside(tmp_path, capsys):
         w = matmul(16, 16, 16)
         batch = m.measure(w, space_for(w, "cpu").sample(np.random.default_rng(9), 3))
         with pytest.raises(TensorGymError) as e:
-            records.add_many(w, "cpu", m.device, batch)
+            records.add_many(Task(w.key, "cpu", m.device), batch)
     finally:
         m.close()
         held.execute("ROLLBACK")

@@ -96,7 +96,7 @@ def test_the_envs_best_is_always_confirmed(tmp_path, measurer):
     results = u.session.measure(space_for(W, "cpu").sample(np.random.default_rng(7), 8))
     assert u.best is not None and u.best.confirmed
     assert u.best.gflops == max(r.gflops for r in results)
-    record = u.session.records.lookup(W.key, "cpu", u.session.device, u.best.config.to_json())
+    record = u.session.records.lookup(u.session.task, u.best.config.to_json())
     assert tuple(record.costs) == u.best.costs  # the database holds the confirmed samples
     _, _, _, _, info = env.step(env.action_space.sample())
     assert {"confirmed", "early_stop", "drift", "cv"} <= set(info)

@@ -21,6 +21,7 @@ from tensorgym.lower import lower
 from tensorgym.records import Records
 from tensorgym.registry import make_model
 from tensorgym.search import tune
+from tensorgym.task import Task
 from tensorgym.templates import space_for
 from tensorgym.workloads import conv2d, matmul
 from .renaming import Renamer
@@ -237,7 +238,7 @@ def test_transfer_model_with_treegru_global_and_local(tmp_path):
         g = 10.0 * synthetic_gflops(c)
         results.append(MeasureResult(c, (1e6 / (g * 1e9),), flops=10**6) if g > 0 else
                        MeasureResult(c, (), ErrorCode.RUNTIME_DEVICE, "synthetic", flops=10**6))
-    records.add_many(source, "cpu", "test", results)
+    records.add_many(Task(source.key, "cpu", "test"), results)
     data = load_source_data(records, [source], "cpu", mode="ast", device="test", max_samples=50)
     assert isinstance(data.X, list) and len(data.X) == len(data.y) == 50
 

@@ -27,6 +27,7 @@ from ..search import ProgressBar, tune
 from ..session import TuningSession
 from ..session import make_measurer as make_session_measurer
 from ..processes.host import available_cpus
+from ..task import Task
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
 
@@ -109,7 +110,7 @@ def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, see
     try:
         for i in range(0, len(todo), batch):
             results = m.measure(w, todo[i:i + batch], stop_slower_than=0.0)
-            records.add_many(w, target, device, results, options=opts)
+            records.add_many(Task(w.key, target, device), results, options=opts, workload=w)
             failures += sum(not r.ok for r in results)
             if bar is not None:
                 bar.update(len(results))
@@ -128,9 +129,10 @@ def _agent(w: Workload, target: str, n: int, records: Records, m: Measurer, seed
     strategy = registry.make(agent, **agent_options)
     reference = default_config(w, target)
     measured_ref = 0
-    if records.lookup(w.key, target, m.device, reference.to_json()) is None:
+    if records.lookup(Task(w.key, target, m.device), reference.to_json()) is None:
         # replay's rewards need it; not one of the tune's trials
-        records.add_many(w, target, m.device, m.measure(w, [reference]), options=opts)
+        records.add_many(Task(w.key, target, m.device), m.measure(w, [reference]), options=opts,
+                         workload=w)
         measured_ref = 1
     session = TuningSession(w, target, budget=n, records=records, use_cache=True, measurer=m,
                             early_stop=0)
@@ -152,10 +154,10 @@ def _agent(w: Workload, target: str, n: int, records: Records, m: Measurer, seed
 
 def _set_reference(records: Records, w: Workload, target: str, device: str, ref: Any) -> None:
     """The reference schedule's median from its records (what the live env would measure)."""
-    rec = records.lookup(w.key, target, device, ref.to_json())
-    if rec is not None and rec.ok and records.reference(w.key, target, device,
-                                                        ref.to_json()) is None:
-        records.set_reference(w.key, target, device, ref.to_json(), rec.median)
+    task = Task(w.key, target, device)
+    rec = records.lookup(task, ref.to_json())
+    if rec is not None and rec.ok and records.reference(task, ref.to_json()) is None:
+        records.set_reference(task, ref.to_json(), rec.median)
 
 
 def _best(records: Records, w: Workload, target: str, device: str) -> float:

@@ -7,13 +7,13 @@ import hashlib
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..errors import TensorGymError
 from ..records import COLUMNS, Record, Records
+from ..task import Task
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl")
 
@@ -24,15 +24,6 @@ DERIVED = ("workload_name", "error_name", "median")
 
 class DatasetError(TensorGymError, ValueError):
     """A dataset that cannot be read, or that lacks what was asked of it."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """What records are keyed by: a workload measured on one target's device."""
-
-    workload_key: str
-    target: str
-    device: str
 
 
 class Dataset:
@@ -100,15 +91,15 @@ class Dataset:
     def devices(self, target: Optional[str] = None) -> list[str]:
         return sorted({t.device for t in self.by_task if target is None or t.target == target})
 
-    def task_records(self, workload_key: str, target: str, device: str) -> list[Record]:
+    def task_records(self, task: Task) -> list[Record]:
         """The records of one task; a ``DatasetError`` says what the dataset has instead."""
-        recs = self.by_task.get(Task(workload_key, target, device))
+        recs = self.by_task.get(task)
         if not recs:
-            have = sorted({t.workload_key for t in self.by_task
-                           if t.target == target and t.device == device})
+            have = sorted({t.workload for t in self.by_task
+                           if t.target == task.target and t.device == task.device})
             raise DatasetError(f"dataset {self.path or '(in memory)'} has no records of "
-                               f"{workload_key} on {target} device {device!r}; it has "
-                               f"{', '.join(have) or 'none'} there")
+                               f"{task.workload} on {task.target} device {task.device!r}; it "
+                               f"has {', '.join(have) or 'none'} there")
         return recs
 
     def name(self, workload_key: str) -> str:
@@ -179,7 +170,7 @@ class Dataset:
             ok = [r for r in recs if r.ok]
             best = max(ok, key=lambda r: r.gflops) if ok else None
             tasks.append({
-                "workload": self.name(task.workload_key), "workload_key": task.workload_key,
+                "workload": self.name(task.workload), "workload_key": task.workload,
                 "target": task.target, "device": task.device, "records": len(recs),
                 "configs": len({r.config_json for r in recs}),
                 "failure_rate": 1 - len(ok) / len(recs),
@@ -189,7 +180,7 @@ class Dataset:
                 "errors": dict(Counter(r.error.name for r in recs if not r.ok)),
             })
         return {"path": self.path, "records": len(self.records), "digest": self.digest,
-                "workloads": len({t.workload_key for t in self.by_task}),
+                "workloads": len({t.workload for t in self.by_task}),
                 "devices": self.devices(), "tasks": tasks}
 
 

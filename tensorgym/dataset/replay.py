@@ -36,10 +36,11 @@ from ..hardware.target import get_target
 from ..measure import LocalMeasurer, MeasureOptions, MeasurerDefaults
 from ..measure.result import MeasureResult, spread
 from ..space import Config, ConfigSpace
+from ..task import Task
 from ..templates import check_config, space_for
 from ..workloads import Workload
 from .cache import CacheDir, feature_code_hash, load_rows, save_rows, short_hash
-from .data import Dataset, DatasetError, Task
+from .data import Dataset, DatasetError
 
 ON_MISS = ("error", "nearest", "surrogate", "measure")
 SOURCES = ("recorded", "surrogate", "measured")
@@ -103,9 +104,10 @@ class _Sample:
 
 @dataclass
 class ReplayTask:
-    """The recorded configs of one workload on the replay's device: ``configs[i]`` has the
-    records ``samples[i]``; ``index_of`` maps a config index to ``i``."""
+    """The recorded configs of one task (a workload on the replay's device): ``configs[i]`` has
+    the records ``samples[i]``; ``index_of`` maps a config index to ``i``."""
 
+    task: Task
     workload: Workload
     space: ConfigSpace
     configs: list[Config]
@@ -322,7 +324,8 @@ class ReplayMeasurer(MeasurerDefaults):
 
     def _load_task(self, workload: Workload) -> ReplayTask:
         space = space_for(workload, self.target)
-        recs = self.dataset.task_records(workload.key, self.target, self.device)
+        task = Task(workload.key, self.target, self.device)
+        recs = self.dataset.task_records(task)
         configs: list[Config] = []
         samples: list[list[_Sample]] = []
         index_of: dict[int, int] = {}
@@ -355,7 +358,8 @@ class ReplayMeasurer(MeasurerDefaults):
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
                                f"{workload.label} on {self.device}")
         choices = np.array([c.choices for c in configs], np.int64)
-        return ReplayTask(workload, space, configs, samples, index_of, choices, workload.flops)
+        return ReplayTask(task, workload, space, configs, samples, index_of, choices,
+                          workload.flops)
 
     def _recorded(self, task: ReplayTask, p: int, config: Config,
                   n: Optional[int] = None) -> MeasureResult:
@@ -413,8 +417,7 @@ class ReplayMeasurer(MeasurerDefaults):
             ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
             X = rows[[p for p, _ in ok]] if ok else rows[:0]
             y = np.array([float(np.median(s.costs)) for _, s in ok])
-            name = f"surrogate-{short_hash(task.workload.key + '|' + self.device)}-" \
-                   f"{feature_code_hash()}"
+            name = f"surrogate-{_task_hash(task.task)}-{feature_code_hash()}"
             task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
         X = self._compute_rows(task, configs, FEATURE_MODE)
         seconds = task.surrogate.predict_seconds(X)
@@ -429,8 +432,7 @@ class ReplayMeasurer(MeasurerDefaults):
         if mode not in CACHED_MODES:
             raise TensorGymError(f"replay keeps feature rows of modes {CACHED_MODES}, not {mode!r}")
         jsons = [c.to_json() for c in task.configs]
-        name = (f"features-{mode}-{short_hash(task.workload.key + '|' + self.device)}-"
-                f"{feature_code_hash()}.npz")
+        name = f"features-{mode}-{_task_hash(task.task)}-{feature_code_hash()}.npz"
         rows = load_rows(self.cache, name, jsons)
         if rows is None:
             rows = self._compute_rows(task, task.configs, mode)
@@ -472,6 +474,12 @@ class ReplayMeasurer(MeasurerDefaults):
             f"config {c.index} of {task.workload.label}{more} is not in dataset "
             f"{self.dataset.path} ({len(task.configs)} configs recorded on {self.device}): "
             f"on_miss='error'; use on_miss='nearest', 'surrogate' or 'measure' to answer it")
+
+
+def _task_hash(task: Task) -> str:
+    """The short hash of a task in the names of its cache files (the target is the dataset's:
+    it is not in them)."""
+    return short_hash(task.workload + "|" + task.device)
 
 
 def _new_replay(*args: Any) -> ReplayMeasurer:

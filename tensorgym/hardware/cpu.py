@@ -16,6 +16,7 @@ from ..codegen.llvm import KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
 from ..processes.host import available_cpus
+from .device import Device
 from .host import host_vector_lanes
 from .runtime import (CANARY, GUARD, HostMapping, Kernel, Runtime, canary_damage, checked_inputs,
                       page_floats)
@@ -239,10 +240,10 @@ class CPURuntime(Runtime):
     def check_available(self) -> None:
         _init_llvm()
 
-    def device_name(self) -> str:
+    def device_info(self) -> Device:
         _init_llvm()
-        isa = f"/{self.isa}" if self.isa else ""
-        return f"cpu/{llvm.get_host_cpu_name()}{isa}/{_cpu_model()}/{self.num_threads}t"
+        return Device("cpu", _cpu_model(), llvm.get_host_cpu_name(), self.isa or "",
+                      self.num_threads)
 
     def render(self, program: Program) -> str:
         source = emit_llvm(program, self.num_threads)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
+from .device import Device
 from .runtime import GUARD, DeviceKernel, Runtime
 
 
@@ -110,11 +111,11 @@ class CUDARuntime(Runtime):
                           f"{self._attr('COMPUTE_CAPABILITY_MINOR')}")
         return self._arch
 
-    def device_name(self) -> str:
+    def device_info(self) -> Device:
         self.check_available()
         raw = _check(_bindings().cuDeviceGetName(256, self._device), "cuDeviceGetName")
         name = raw.split(b"\0")[0].decode().strip()
-        return f"cuda:{name}/{self.arch}"
+        return Device("cuda", name, self.arch)
 
     def limits(self) -> dict:
         return {

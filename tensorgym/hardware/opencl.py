@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import TargetUnavailableError, TensorGymError
 from ..loopast import Program
+from .device import Device
 from .runtime import GUARD, DeviceKernel, HostMapping, Runtime, guarded_image
 
 
@@ -81,9 +82,10 @@ class OpenCLRuntime(Runtime):
         """A CPU device: buffers live in our own guarded host mappings, which it uses in place."""
         return bool(self.device.type & _pyopencl().device_type.CPU)
 
-    def device_name(self) -> str:
+    def device_info(self) -> Device:
         d = self.device
-        return f"opencl:{d.platform.name.strip()}/{d.name.strip()}/{d.version.strip()}"
+        return Device("opencl", d.name.strip(), platform=d.platform.name.strip(),
+                      version=d.version.strip())
 
     def limits(self) -> dict:
         d = self.device

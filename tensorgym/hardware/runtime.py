@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..loopast import Program
+from .device import Device
 from .target import Target, get_target
 
 
@@ -266,8 +267,12 @@ class Runtime(ABC):
         """Raise TargetUnavailableError (saying what to use instead) if there is no device."""
 
     @abstractmethod
+    def device_info(self) -> Device:
+        """The device kernels run on: records are only comparable on the same one."""
+
     def device_name(self) -> str:
-        """A fingerprint of the device: records are only comparable on the same one."""
+        """The device's fingerprint, ``str(device_info())``: what records are keyed by."""
+        return str(self.device_info())
 
     def limits(self) -> dict:
         """Device limits templates check before compiling (threads/block, shared memory, ...)."""

@@ -32,9 +32,10 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import ErrorCode, LoweringBugWarning, TensorGymError
-from ..processes.host import available_cpus
+from ..hardware.device import Device
 from ..hardware.target import get_target
 from ..loopast import Program
+from ..processes.host import available_cpus
 from ..space import Config
 from ..workloads import Workload
 from .base import (MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound,
@@ -62,20 +63,6 @@ def connect(address: "str | None") -> None:
                              "`ray start --head` (docs/distributed.md)") from None
 
 
-def device_kind(fingerprint: str) -> str:
-    """The kind a request names, from a device fingerprint: ``cpu/<arch>[/<isa>]/<model>/<n>t``
-    -> ``cpu/<model>``, ``cuda:<name>/<arch>`` -> ``cuda/<name>``,
-    ``opencl:<platform>/<name>/<version>`` -> ``opencl/<name>``."""
-    if fingerprint.startswith("cpu/"):
-        return "cpu/" + fingerprint.split("/")[-2]
-    kind, _, rest = fingerprint.partition(":")
-    if kind == "cuda":
-        return "cuda/" + rest.rsplit("/", 1)[0]
-    if kind == "opencl":
-        return "opencl/" + rest.split("/", 1)[-1].rsplit("/", 1)[0]
-    return fingerprint
-
-
 def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
     """Runtime arguments made explicit on a node. Ray sets ``OMP_NUM_THREADS=1`` in its
     workers, which the CPU runtime would take for its thread count: name the node's cores."""
@@ -86,7 +73,7 @@ def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
 
 @dataclass(frozen=True)
 class RayDevice:
-    """One device of the cluster, timed by the actor ``actor_name`` on node ``node_id``."""
+    """One device slot of the cluster, timed by the actor ``actor_name`` on node ``node_id``."""
 
     node_id: str
     node_ip: str
@@ -95,8 +82,14 @@ class RayDevice:
     actor_name: str = ""
 
     @property
+    def device(self) -> Device:
+        return replace(Device.parse(self.fingerprint), node=self.node_id)
+
+    @property
     def kind(self) -> str:
-        return device_kind(self.fingerprint)
+        """What a request names (``Device.request_kind``): ``cpu/<model>``, ``cuda/<name>``,
+        ``opencl/<name>``."""
+        return Device.parse(self.fingerprint).request_kind
 
     @property
     def label(self) -> str:
@@ -221,7 +214,7 @@ def discover(target: str, runtime_kwargs: dict) -> tuple[list[RayDevice], list[s
                                 f"{_short(e)}")
                 continue
             devices.append(RayDevice(d["node_id"], d["node_ip"], d["fingerprint"],
-                                  d["runtime_kwargs"], name))
+                                     d["runtime_kwargs"], name))
         if not slots:
             break
     return devices, problems
