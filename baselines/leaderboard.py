@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from tensorgym import registry
+from tensorgym import make_env, registry
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.measure import Measurer
 from tensorgym.search import tune
@@ -21,8 +21,7 @@ from tensorgym.workloads import get_workload
 
 from .compare import remeasure as side_by_side
 from .peak import device_peak_gflops
-from .harness import (device_info, device_threads, make_env, runtime_options,
-                      software_versions)
+from .harness import device_info, device_threads, runtime_options, software_versions
 from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult
 from .suites import Suite
 

@@ -270,10 +270,8 @@ def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_
                  **agent_opts: Any) -> list[list[MeasureResult]]:
     """Train one policy on each workload in turn (real envs, real measurements) and save it.
     Returns the training histories."""
-    from tensorgym import registry
+    from tensorgym import make_env, registry
     from tensorgym.search import tune
-
-    from .harness import make_env
 
     histories = []
     policy = None
@@ -359,10 +357,8 @@ def train_on_replay(agent_name: str, workloads: Sequence[str], target: str, data
     import torch
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from tensorgym import registry
+    from tensorgym import make_env, registry
     from tensorgym.dataset import Dataset
-
-    from .harness import make_env
 
     if total_steps < 1 or episode_trials < 1:
         raise TensorGymError("total_steps and episode_trials must be >= 1")

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from tensorgym.baselines import compare
-from tensorgym.baselines.harness import make_env
+from tensorgym import make_env
 
 Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)
 

@@ -237,9 +237,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     workload = get_workload(args.workload)
     args.target = canonical_target(args.target)
-    from tensorgym.baselines.harness import make_env, runtime_options
+    from tensorgym.baselines.harness import runtime_options
 
-    from . import registry
+    from . import make_env, registry
     from .search import ProgressBar, tune
 
     agent = registry.make(args.agent, **_options(args.opt))

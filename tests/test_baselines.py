@@ -158,7 +158,7 @@ def measurer():
 
 
 def real_env(tmp_path, trials: int, measurer, **kwargs):
-    from tensorgym.baselines.harness import make_env
+    from tensorgym import make_env
 
     return make_env("matmul:16,16,16", "cpu", budget=trials, measurer=measurer,
                     records=str(tmp_path / "records.db"), **kwargs)
@@ -209,7 +209,7 @@ def test_rl_rejects_wrong_action_mode(tmp_path, measurer):
 
 
 def test_maskable_ppo_train_then_evaluate_on_held_out_workload(tmp_path, measurer):
-    from tensorgym.baselines.harness import make_env
+    from tensorgym import make_env
     from tensorgym.baselines.rl import train_policy
 
     policy = str(tmp_path / "policy.zip")

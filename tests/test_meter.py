@@ -130,7 +130,7 @@ def test_leaderboard_reads_the_env_meter(tmp_path):
 
 def test_rl_policy_updates_count_as_model(tmp_path):
     from tensorgym.baselines import get_agent
-    from tensorgym.baselines.harness import make_env
+    from tensorgym import make_env
 
     agent = get_agent("ppo")
     env = make_env("matmul:16,16,16", "cpu", budget=16, records=str(tmp_path / "r.db"),

@@ -85,7 +85,7 @@ def cluster():
 @pytest.mark.usefixtures("local_ray")
 class TestLocalRay:
     def test_tune_through_ray_finds_the_local_best(self):
-        from tensorgym.baselines.harness import make_env
+        from tensorgym import make_env
         from tensorgym.baselines.random_search import RandomSearch
         from tensorgym.search import tune
 
