@@ -18,7 +18,7 @@ policy forward passes that choose actions, rollout buffers, advantages, stable-b
 bookkeeping. The env's steps charge build, run and featurize (observations) themselves, and the
 callbacks run inside a step count as ``other``.
 
-Train/evaluate split (``python -m tensorgym.baselines.rl_split``): train one policy on some
+Train/evaluate split (``python -m tensorgym.leaderboard.rl_split``): train one policy on some
 workloads (real envs, real measurements), save it, then evaluate it with
 ``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. MaskablePPO
 pads the knob-mode spaces to a fixed size (``max_options``, ``max_knobs``; the masks hide the

@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 from tensorgym.hardware.measure import MeasureOptions, Measurer
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload

@@ -1,6 +1,6 @@
 """Shared plumbing of the paper's component studies (bench_paper_fig*.py): runs on real envs,
 a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves,
-re-measurement and plots come from ``tensorgym.baselines.compare``.
+re-measurement and plots come from ``tensorgym.leaderboard.compare``.
 
 Every method measures only through ``env.unwrapped.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 from tensorgym import make_env
 
 Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)

@@ -210,7 +210,7 @@ def test_rl_rejects_wrong_action_mode(tmp_path, measurer):
 
 def test_maskable_ppo_train_then_evaluate_on_held_out_workload(tmp_path, measurer):
     from tensorgym import make_env
-    from tensorgym.baselines.rl_split import train_policy
+    from tensorgym.leaderboard.rl_split import train_policy
 
     policy = str(tmp_path / "policy.zip")
     opts = dict(n_steps=16, batch_size=16, n_epochs=1)

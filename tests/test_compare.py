@@ -1,4 +1,4 @@
-"""The side-by-side harness (tensorgym.baselines.compare): interleaving, medians and ratios on
+"""The side-by-side harness (tensorgym.leaderboard.compare): interleaving, medians and ratios on
 scripted timings, then real runs on a small matmul with and without PyTorch."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import statistics
 import numpy as np
 import pytest
 
-from tensorgym.baselines import compare, harness
-from tensorgym.baselines.compare import VENDOR, Comparison, best_so_far, remeasure
-from tensorgym.baselines.leaderboard import remeasure_bests
-from tensorgym.baselines.results import Best, Entry
+from tensorgym.leaderboard import compare, harness
+from tensorgym.leaderboard.compare import VENDOR, Comparison, best_so_far, remeasure
+from tensorgym.leaderboard.run import remeasure_bests
+from tensorgym.leaderboard.results import Best, Entry
 from tensorgym.errors import ErrorCode
 from tensorgym.hardware.measure import MeasureOptions
 from tensorgym.hardware.result import MeasureResult
@@ -215,7 +215,7 @@ def test_real_run_with_vendor_keeps_torch_threads():
 
 @pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed")
 def test_vendor_timer_skips_what_it_cannot_time():
-    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.leaderboard.vendor import VendorTimer
 
     assert "OpenCL" in VendorTimer(W, "opencl").skipped and VendorTimer(W, "opencl").sample(3) == []
     t = VendorTimer(W, "cpu", threads=1, min_seconds=0.01)

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from tensorgym.baselines import get_agent
-from tensorgym.baselines.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
-from tensorgym.baselines.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
+from tensorgym.leaderboard.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
+from tensorgym.leaderboard.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
                                          Trial, VendorResult, entry_digest, merge)
-from tensorgym.baselines.suites import SUITES, get_suite
-from tensorgym.baselines import tables
-from tensorgym.baselines.validate import problems, screen
+from tensorgym.leaderboard.suites import SUITES, get_suite
+from tensorgym.leaderboard import tables
+from tensorgym.leaderboard.validate import problems, screen
 from tensorgym.errors import TensorGymError
 from tensorgym.templates import space_for
 from tensorgym.workloads import WORKLOADS, get_workload
@@ -115,7 +115,7 @@ def test_tables_rank_and_aggregate():
 
 
 def test_plots_write_pngs(tmp_path):
-    paths = __import__("tensorgym.baselines.plots", fromlist=["x"]).plot_curves(
+    paths = __import__("tensorgym.leaderboard.plots", fromlist=["x"]).plot_curves(
         ResultsDoc([synthetic_run()]), tmp_path)
     assert len(paths) == 1 and paths[0].read_bytes()[:4] == b"\x89PNG"
 

@@ -118,7 +118,7 @@ def test_human_summary_has_the_split_and_the_bar_shows_trials_per_second(capsys,
 
 
 def test_leaderboard_reads_the_env_meter(tmp_path):
-    from tensorgym.baselines.leaderboard import RunOptions, run_entry
+    from tensorgym.leaderboard.run import RunOptions, run_entry
 
     entry = run_entry("random", "matmul:16,16,16", "cpu", 0, 4,
                       RunOptions(remeasure=0, records=str(tmp_path / "r.db"),

@@ -122,7 +122,7 @@ class TestLocalRay:
             m.close()
 
     def test_leaderboard_fans_out_runs_and_resumes(self, tmp_path, capsys):
-        from tensorgym.baselines.results import ResultsDoc, _clean
+        from tensorgym.leaderboard.results import ResultsDoc, _clean
         from tensorgym.cli import main
 
         argv = ["leaderboard", "run", "tiny-cpu", "--agents", "random", "--trials", "2",

@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from tensorgym.baselines import tables
-from tensorgym.baselines.leaderboard import RunOptions, run_entry, run_suite
-from tensorgym.baselines.results import (ResultsDoc, ResultsError, merge, one_track,
+from tensorgym.leaderboard import tables
+from tensorgym.leaderboard.run import RunOptions, run_entry, run_suite
+from tensorgym.leaderboard.results import (ResultsDoc, ResultsError, merge, one_track,
                                          split_tracks)
-from tensorgym.baselines.suites import get_suite
-from tensorgym.baselines.validate import validate
+from tensorgym.leaderboard.suites import get_suite
+from tensorgym.leaderboard.validate import validate
 from tensorgym.cli import main
 from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError

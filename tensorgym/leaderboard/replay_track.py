@@ -24,17 +24,17 @@ from .results import Entry, ResultsDoc, Run
 from .suites import Suite
 
 if TYPE_CHECKING:
-    from .leaderboard import RunOptions
+    from .run import RunOptions
 
 REPLAY_ON_MISS = ("surrogate", "nearest", "error")
 
 
 def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions", trials: int,
                      seeds: list[int], say: Callable[[str], None]) -> ResultsDoc:
-    """``leaderboard.run_suite`` with ``options.replay`` set (a dataset path)."""
+    """``run.run_suite`` with ``options.replay`` set (a dataset path)."""
     from tensorgym.dataset import Dataset
 
-    from .leaderboard import _now, remeasure_bests, run_entry
+    from .run import _now, remeasure_bests, run_entry
 
     if options.on_miss not in REPLAY_ON_MISS:
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "

@@ -3,12 +3,12 @@ workloads with a fixed trial budget of live measurements, next to the same agent
 scratch there and random search with the same budget.
 
     # train on recorded measurements (replay: no hardware), evaluate live
-    python -m tensorgym.baselines.rl_split --agent maskable-ppo --replay data/reference.parquet \\
+    python -m tensorgym.leaderboard.rl_split --agent maskable-ppo --replay data/reference.parquet \\
         --train conv2d-C1 conv2d-C2 conv2d-C3 --train-steps 100000 \\
         --eval conv2d-C6 --eval-trials 32 --threads 2 --out rl.json
 
     # train on live measurements
-    python -m tensorgym.baselines.rl_split --agent maskable-ppo --target cpu \\
+    python -m tensorgym.leaderboard.rl_split --agent maskable-ppo --target cpu \\
         --train matmul:64,64,64 conv2d:1,16,28,28,16,3,1,1 \\
         --eval matmul:128,128,128 --train-trials 64 --eval-trials 32 --out rl.json
 
@@ -40,7 +40,7 @@ from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
 from .harness import device_info, software_versions
-from .leaderboard import RunOptions, _now, remeasure_bests, run_entry
+from .run import RunOptions, _now, remeasure_bests, run_entry
 from .results import ResultsDoc, Run
 
 
@@ -110,7 +110,7 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tensorgym.baselines.rl_split")
+    p = argparse.ArgumentParser(prog="python -m tensorgym.leaderboard.rl_split")
     p.add_argument("--agent", default="maskable-ppo", choices=["ppo", "maskable-ppo"])
     p.add_argument("--target", default="cpu")
     p.add_argument("--train", nargs="+", required=True)
