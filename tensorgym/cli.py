@@ -442,8 +442,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         board = screen(doc, load_verdicts(args.validation), malformed, args.validated_only)
         _write_outputs(board.doc, args, board.validated, board.rejected)
         return 0
-    from tensorgym.baselines import get_agent
     from tensorgym.leaderboard.run import RunOptions, run_suite
+
+    from . import registry
     from tensorgym.leaderboard.suites import get_suite
 
     suite = get_suite(args.suite)
@@ -451,7 +452,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if not agents:
         raise UsageError("--agents is empty")
     for a in agents:
-        get_agent(a)  # fail on a bad name before measuring anything
+        registry.make(a)  # fail on a bad name before measuring anything
     if args.replay is not None and (args.ray is not None or args.db):
         raise UsageError("--replay does not go with --ray or --db: replayed trials are not "
                          "measurements")

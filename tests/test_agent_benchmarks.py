@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorgym.baselines import get_agent
+from tensorgym import registry
 from tensorgym.space import ConfigSpace, other_knob
 
 from .synthetic import SyntheticEnv
@@ -22,7 +22,7 @@ def objective(c):
 
 @pytest.mark.parametrize("name", ["random", "ga"])
 def test_black_box_baselines_respect_the_budget_without_repeats(name):
-    method = get_agent(name, batch_size=8)
+    method = registry.make(name, batch_size=8)
     env = SyntheticEnv(SPACE, objective)
     history = method.tune(env, 30, seed=0)
     assert len(history) == env.trials == 30
@@ -30,7 +30,7 @@ def test_black_box_baselines_respect_the_budget_without_repeats(name):
 
 
 def test_ga_improves_on_its_first_generation():
-    history = get_agent("ga", batch_size=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
+    history = registry.make("ga", batch_size=16).tune(SyntheticEnv(SPACE, objective), 96, seed=0)
     first = max(r.gflops for r in history[:16])
     assert max(r.gflops for r in history) > first
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tensorgym.baselines import get_agent
+from tensorgym import registry
 from tensorgym.leaderboard.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
 from tensorgym.leaderboard.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
                                          Trial, VendorResult, entry_digest, merge)
@@ -29,7 +29,7 @@ def synthetic_run(agents=("random", "ga"), seeds=(0, 1), device="cpu/test/1t", r
               vendor=[VendorResult(w.key, "cpu", "torch", 2.0, [1e-3])])
     for agent in agents:
         for seed in seeds:
-            history = get_agent(agent).tune(SyntheticEnv(space_for(w, "cpu"), flops=w.flops), trials, seed)
+            history = registry.make(agent).tune(SyntheticEnv(space_for(w, "cpu"), flops=w.flops), trials, seed)
             e = Entry(agent, w.key, "cpu", seed, trials, w.flops, 1.0, 0.2, 0.3, 0.5,
                       [Trial.from_result(r) for r in history])
             i = max(range(len(history)), key=lambda k: history[k].gflops)
@@ -62,7 +62,7 @@ def test_schema_round_trip(tmp_path):
 
 def test_failed_trials_survive_round_trip(tmp_path):
     w = get_workload(WORKLOAD)
-    history = get_agent("random").tune(SyntheticEnv(space_for(w, "cpu"), fail_every=2), 10)
+    history = registry.make("random").tune(SyntheticEnv(space_for(w, "cpu"), fail_every=2), 10)
     trials = [Trial.from_result(r) for r in history]
     bad = [t for t in trials if not t.ok]
     assert bad and all(t.invalidity == "runtime" and t.error == "RUNTIME_DEVICE" for t in bad)

@@ -129,10 +129,10 @@ def test_leaderboard_reads_the_env_meter(tmp_path):
 
 
 def test_rl_policy_updates_count_as_model(tmp_path):
-    from tensorgym.baselines import get_agent
+    from tensorgym import registry
     from tensorgym import make_env
 
-    agent = get_agent("ppo")
+    agent = registry.make("ppo")
     env = make_env("matmul:16,16,16", "cpu", budget=16, records=str(tmp_path / "r.db"),
                    num_threads=1, **agent.env_kwargs)
     trained = []
