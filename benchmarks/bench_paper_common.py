@@ -1,6 +1,7 @@
 """Shared plumbing of the paper's component studies (bench_paper_fig*.py): runs on real envs,
-a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves,
-re-measurement and plots come from ``tensorgym.leaderboard.compare``.
+a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves
+(``metrics.best_so_far``), re-measurement and plots (``compare``) come from
+``tensorgym.leaderboard``.
 
 Every method measures only through ``env.unwrapped.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
@@ -17,10 +18,11 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tensorgym.leaderboard import compare
 from tensorgym import make_env
+from tensorgym.leaderboard import compare
+from tensorgym.leaderboard.metrics import best_so_far
 
-Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)
+Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (metrics.best_so_far)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,7 +99,7 @@ def run_method(make_agent: Callable[[], object], workload: str, target: str, tri
         env.close()
     ok = [r for r in history if r.ok]
     best = max(ok, key=lambda r: r.gflops).config.to_json() if ok else None
-    run = Run(compare.best_so_far(history, trials), best, time.time() - t)
+    run = Run(best_so_far(history, trials), best, time.time() - t)
     if cacheable:
         cache.put(key, run)
     return run

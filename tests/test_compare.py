@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tensorgym.leaderboard import compare, harness
-from tensorgym.leaderboard.compare import VENDOR, Comparison, best_so_far, remeasure
+from tensorgym.leaderboard.compare import VENDOR, Comparison, remeasure
 from tensorgym.leaderboard.run import remeasure_bests
+from tensorgym.leaderboard.metrics import best_so_far
 from tensorgym.leaderboard.results import Best, Entry
 from tensorgym.errors import ErrorCode
 from tensorgym.hardware.measure import MeasureOptions

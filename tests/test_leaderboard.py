@@ -40,7 +40,7 @@ def synthetic_run(agents=("random", "ga"), seeds=(0, 1), device="cpu/test/1t", r
 
 
 def test_metrics():
-    assert best_so_far([1, 3, 2, 5]) == [1, 3, 3, 5]
+    assert best_so_far([1, 3, 2, 5]).tolist() == [1, 3, 3, 5]
     assert trials_to_reach([1, 3, 3, 5], 3) == 2
     assert trials_to_reach([1, 3], 4) is None
     assert normalized_auc([5, 5], 5) == 1.0

@@ -1,6 +1,6 @@
 """Measurement side by side: the one place configs are re-measured against each other and the
-vendor library, best-so-far curves are drawn from trial histories, and curves are plotted. The
-CLI, the leaderboard and every benchmark script use it.
+vendor library, and curves are plotted (best-so-far curves: ``metrics.best_so_far``). The CLI,
+the leaderboard and every benchmark script use it.
 
 These machines drift by up to 40% within half an hour, so figures measured at different times do
 not compare: ``remeasure`` times every config and the vendor op once per round, in an order that
@@ -24,7 +24,7 @@ import numpy as np
 
 from tensorgym.hardware.host import DeviceLock
 from tensorgym.hardware.measure import Measurer, MeasureOptions
-from tensorgym.hardware.result import MeasureResult, spread
+from tensorgym.hardware.result import spread
 from tensorgym.hardware.target import get_target
 from tensorgym.space import Config
 from tensorgym.templates import space_for
@@ -194,17 +194,6 @@ def _options(m: Measurer, options: MeasureOptions) -> Iterator[None]:
         m.options = saved
 
 
-def best_so_far(history: "Sequence[MeasureResult | float]", n: "int | None" = None) -> np.ndarray:
-    """Best GFLOP/s after trial 1..n (failed trials count 0); a history shorter than ``n`` (the
-    space ran out) keeps its last value."""
-    g = np.array([h.gflops if isinstance(h, MeasureResult) else float(h)
-                  for h in history[:n]], np.float64)
-    curve = np.maximum.accumulate(np.maximum(g, 0.0)) if len(g) else g
-    if n is not None and len(curve) < n:
-        curve = np.r_[curve, np.full(n - len(curve), curve[-1] if len(curve) else 0.0)]
-    return curve
-
-
 Curves = Mapping[str, Mapping[str, Sequence[Sequence[float]]]]  # panel -> line -> one per seed
 
 
@@ -249,5 +238,5 @@ def plot_curves(curves: Curves, path: "str | Path", title: str, center: str = "m
     return path
 
 
-__all__ = ["VENDOR", "Comparison", "best_so_far", "plot_curves", "remeasure",
+__all__ = ["VENDOR", "Comparison", "plot_curves", "remeasure",
            "remeasure_options"]

@@ -34,6 +34,8 @@ from typing import Any, Iterable
 from tensorgym.errors import ErrorCode, TensorGymError
 from tensorgym.hardware.result import MeasureResult
 
+from .metrics import best_so_far
+
 SCHEMA = "tensorgym-results"
 SCHEMA_VERSION = "1.1"  # 1.1: Run.track, Run.dataset, Trial.source
 TRACKS = ("live", "replay")
@@ -119,12 +121,8 @@ class Entry:
         return (self.workload, self.target)
 
     def curve(self) -> list[float]:
-        """Best GFLOP/s so far after each trial."""
-        out, best = [], 0.0
-        for t in self.trials:
-            best = max(best, t.gflops if t.ok else 0.0)
-            out.append(best)
-        return out
+        """Best GFLOP/s so far after each trial (a failed one counts 0)."""
+        return best_so_far(t.gflops if t.ok else 0.0 for t in self.trials).tolist()
 
     @property
     def failures(self) -> int:
