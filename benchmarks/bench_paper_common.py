@@ -1,7 +1,7 @@
 """Shared plumbing of the paper's component studies (bench_paper_fig*.py): runs on real envs,
 a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves
-(``metrics.best_so_far``), re-measurement and plots (``compare``) come from
-``tensorgym.leaderboard``.
+(``metrics.best_so_far``), re-measurement (``compare``) and plots (``plots.plot_curves``) come
+from ``tensorgym.leaderboard``.
 
 Every method measures only through ``env.unwrapped.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
@@ -21,6 +21,7 @@ import numpy as np
 from tensorgym import make_env
 from tensorgym.leaderboard import compare
 from tensorgym.leaderboard.metrics import best_so_far
+from tensorgym.leaderboard.plots import plot_curves
 
 Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (metrics.best_so_far)
 
@@ -161,8 +162,8 @@ def print_table(curves: Curves, title: str,
               "other methods' bests, median of the rounds, mean over seeds")
 
 
-def plot_curves(curves: Curves, path: str, title: str) -> None:
-    compare.plot_curves(curves, path, title, center="mean")  # the tables show means too
+def save_figure(curves: Curves, path: str, title: str) -> None:
+    plot_curves(curves, path, title, center="mean")  # the tables show means too
     print(f"wrote {path}")
 
 
@@ -199,5 +200,5 @@ def study(methods: dict[str, Callable[[], object]], args, table_title: str, png:
                               records=args.db, cache=RunCache(args.reuse),
                               remeasure_rounds=args.remeasure_rounds)
     print_table(curves, table_title, again)
-    plot_curves(curves, os.path.join(args.out, png), f"{plot_title} ({args.target})")
+    save_figure(curves, os.path.join(args.out, png), f"{plot_title} ({args.target})")
     return curves

@@ -426,9 +426,9 @@ def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozense
     if args.csv:
         Path(args.csv).write_text(tables.csv_text(doc, validated))
     if args.plots:
-        from tensorgym.leaderboard.plots import plot_curves
+        from tensorgym.leaderboard.plots import plot_results
 
-        for path in plot_curves(doc, args.plots):
+        for path in plot_results(doc, args.plots):
             print(f"plot: {path}")
 
 

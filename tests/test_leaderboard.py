@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tensorgym import registry
@@ -115,9 +116,17 @@ def test_tables_rank_and_aggregate():
 
 
 def test_plots_write_pngs(tmp_path):
-    paths = __import__("tensorgym.leaderboard.plots", fromlist=["x"]).plot_curves(
+    paths = __import__("tensorgym.leaderboard.plots", fromlist=["x"]).plot_results(
         ResultsDoc([synthetic_run()]), tmp_path)
     assert len(paths) == 1 and paths[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_curves_of_uneven_runs(tmp_path):
+    from tensorgym.leaderboard.plots import plot_curves
+
+    path = plot_curves({"w1": {"m": [[1, 2, 3], [1, 2]]}, "w2": {"m": [np.ones(4)]}},
+                       tmp_path / "sub" / "c.png", "t", center="mean")
+    assert path.stat().st_size > 1000
 
 
 def test_static_checks_accept_consistent_entries_and_flag_doctored_ones():
