@@ -11,12 +11,14 @@ import statistics
 from importlib import metadata
 from typing import Any
 
+from tensorgym.templates import TARGET_ALIASES
 from tensorgym.workloads import Workload
 
 
 def runtime_options(target: str, threads: int = 0) -> dict[str, Any]:
-    """Runtime keyword arguments: the CPU runtime's thread count (0: all cores)."""
-    return {"num_threads": threads} if target in ("cpu", "llvm") and threads else {}
+    """Runtime keyword arguments: the CPU runtime's thread count (0: all cores). Any alias of
+    the CPU target counts; an unknown target gets none (making its runtime says what is wrong)."""
+    return {"num_threads": threads} if TARGET_ALIASES.get(target) == "cpu" and threads else {}
 
 
 def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,
