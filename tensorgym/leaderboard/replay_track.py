@@ -20,7 +20,7 @@ from tensorgym.workloads import get_workload
 
 from .harness import device_info, device_threads, runtime_options, software_versions
 from .peak import device_peak_gflops
-from .results import Entry, ResultsDoc, Run
+from .results import Entry, ResultsDoc, Run, utc_now
 from .suites import Suite
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
     """``run.run_suite`` with ``options.replay`` set (a dataset path)."""
     from tensorgym.dataset import Dataset
 
-    from .run import _now, remeasure_bests, run_entry
+    from .run import remeasure_bests, run_entry
 
     if options.on_miss not in REPLAY_ON_MISS:
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
@@ -54,7 +54,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                 f"{'' if data.devices(target) else target + ' device'}; this machine is "
                 f"{info['name']}: the replay track re-measures each best live on the dataset's "
                 "device (run it there, or with the --threads the dataset was collected with)")
-        runs[target] = Run(uuid.uuid4().hex, _now(), info, software_versions(),
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), info, software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds,
                            track="replay",
                            dataset={"path": data.path, "digest": data.digest,

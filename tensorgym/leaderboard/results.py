@@ -22,6 +22,7 @@ there instead of failing the whole document (validation reports each one).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -241,6 +242,11 @@ class Malformed:
             return str(obj.get(key, "?")) if isinstance(obj, dict) else "?"
 
         return cls(where, get(run, "run_id"), get(entry, "agent"), get(entry, "seed"), message)
+
+
+def utc_now() -> str:
+    """Now, as a run's or a report's ``created``: UTC, ISO 8601, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def entry_digest(run: Run, entry: Entry) -> str:

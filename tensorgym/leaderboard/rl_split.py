@@ -40,8 +40,8 @@ from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
 from .harness import device_info, software_versions
-from .run import RunOptions, _now, remeasure_bests, run_entry
-from .results import ResultsDoc, Run
+from .run import RunOptions, remeasure_bests, run_entry
+from .results import ResultsDoc, Run, utc_now
 
 
 def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_workload: int,
@@ -93,7 +93,7 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
                          env_options={"num_threads": threads} if threads else {},
                          agent_options={pretrained: {"policy_path": policy_path, "learn": False},
                                         scratch: {}})
-    run = Run(uuid.uuid4().hex, _now(), device_info(target, threads), software_versions(),
+    run = Run(uuid.uuid4().hex, utc_now(), device_info(target, threads), software_versions(),
               {"name": f"rl-split-{agent}", "train": list(train), "eval": list(evaluate),
                "train_trials": train_trials, "trials": eval_trials, "policy": policy_path,
                "training": training}, list(seeds))

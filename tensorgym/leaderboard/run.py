@@ -7,7 +7,6 @@ same run, each run's best config re-measured, and every trial kept in a results 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,7 @@ from tensorgym.workloads import get_workload
 from .compare import remeasure as side_by_side
 from .peak import device_peak_gflops
 from .harness import device_info, device_threads, runtime_options, software_versions
-from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult
+from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult, utc_now
 from .suites import Suite
 
 Progress = Callable[[str], None]
@@ -113,7 +112,7 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     runs: dict[str, Run] = {}  # one run per target in the suite
     measurers: dict[str, Measurer] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
-        runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target, options.threads),
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), device_info(target, options.threads),
                            software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
         if (peak := device_peak_gflops(target, options.threads)) is not None:
@@ -194,7 +193,7 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
     runs, nodes = {}, {}
     for target in dict.fromkeys(t for _, t in suite.tasks):
         nodes[target], name = device_node(target, runtime_options(target, options.threads))
-        runs[target] = Run(uuid.uuid4().hex, _now(), {"name": name, "target": target,
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), {"name": name, "target": target,
                                                       "host": f"ray node {nodes[target][:8]}"},
                            software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
@@ -252,10 +251,6 @@ def _remeasure_entries(entries: list[Entry], rounds: int, vendor: bool,
                        threads: int) -> "tuple[list[Entry], VendorResult | None]":
     """``remeasure_bests`` in a Ray task on the device's node, returning what it changed."""
     return entries, remeasure_bests(entries, rounds, None, vendor, threads)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 __all__ = ["RunOptions", "run_entry", "run_suite"]
