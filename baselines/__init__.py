@@ -1,7 +1,8 @@
-"""Baselines for tensorgym: random, grid and genetic search, RL agents (stable-baselines3), and a
-leaderboard harness. Importing it registers its agents in ``tensorgym.registry`` (with the
-reference agents of ``tensorgym.agents``: the registry loads both on its first lookup);
-``tensorgym.registry.make(name, **options)`` builds any of them.
+"""Baselines for tensorgym: random, grid and genetic search, and RL agents (stable-baselines3).
+Importing it registers its agents in ``tensorgym.registry`` (with the reference agents of
+``tensorgym.agents``: the registry loads both on its first lookup);
+``tensorgym.registry.make(name, **options)`` builds any of them. The leaderboard that ranks
+them is ``tensorgym.leaderboard``.
 """
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import importlib
 from typing import Any, Callable
 
 from tensorgym import registry
-from tensorgym.registry import AGENTS, Option
+from tensorgym.registry import Option
 
-from .base import Agent, BatchSearch, BatchSearchAgent
+from .base import BatchSearch
 
 
 def _lazy(path: str) -> Callable[..., Any]:
@@ -56,15 +57,4 @@ registry.register("maskable-ppo", _lazy(".rl:MaskablePPOAgent"), (
     "sb3-contrib MaskablePPO, one knob per step, masked (action_mode='knob')")
 
 
-def available_agents() -> list[str]:
-    """Kept for one release: ``tensorgym.registry.names()``."""
-    return registry.names()
-
-
-def get_agent(name: str, **opts: Any) -> Any:
-    """Kept for one release: ``tensorgym.registry.make(name, **opts)``."""
-    return registry.make(name, **opts)
-
-
-__all__ = ["AGENTS", "Agent", "BatchSearch", "BatchSearchAgent", "available_agents",
-           "get_agent"]
+__all__ = ["BatchSearch"]

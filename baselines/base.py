@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorgym.search import Callback, SearchStrategy, check_budget
+from tensorgym.search import SearchStrategy
 
 
 class BatchSearch(SearchStrategy):
@@ -28,8 +28,4 @@ class BatchSearch(SearchStrategy):
         return f"{type(self).__name__}(batch_size={self.batch_size})"
 
 
-# the names of the interface before tensorgym.search, kept for one release
-Agent = SearchStrategy
-BatchSearchAgent = BatchSearch
-
-__all__ = ["Agent", "BatchSearch", "BatchSearchAgent", "Callback", "check_budget"]
+__all__ = ["BatchSearch"]

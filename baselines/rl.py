@@ -18,8 +18,8 @@ policy forward passes that choose actions, rollout buffers, advantages, stable-b
 bookkeeping. The env's steps charge build, run and featurize (observations) themselves, and the
 callbacks run inside a step count as ``other``.
 
-Train/evaluate split (``train_policy`` / ``python -m tensorgym.baselines.rl_split``): train one
-policy on some workloads (real envs, real measurements), save it, then evaluate it with
+Train/evaluate split (``python -m tensorgym.leaderboard.rl_split``): train one policy on some
+workloads (real envs, real measurements), save it, then evaluate it with
 ``policy_path=..., learn=False`` on held-out workloads with a fixed trial budget. MaskablePPO
 pads the knob-mode spaces to a fixed size (``max_options``, ``max_knobs``; the masks hide the
 padding), so one policy runs on every workload; PPO's MultiDiscrete action has the shape of one
@@ -227,6 +227,12 @@ class SB3Agent(SearchStrategy):
             raise TensorGymError("nothing to save: the agent has not been trained")
         self.model.save(path)
 
+    def train_on_replay(self, *args: Any, **kwargs: Any) -> "ReplayTraining":
+        """``train_on_replay(self.name, *args, **kwargs)``: a fresh policy of this agent's kind
+        (this agent's own options are not used). How the leaderboard's RL split reaches the
+        training through ``tensorgym.registry`` without importing the baselines."""
+        return train_on_replay(self.name, *args, **kwargs)
+
 
 class PPOAgent(SB3Agent):
     name = "ppo"
@@ -263,31 +269,6 @@ class MaskablePPOAgent(SB3Agent):
     def _predict(self, env: Any, obs: Any) -> Any:
         action, _ = self.model.predict(obs, deterministic=False, action_masks=env.action_masks())
         return action
-
-
-def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_workload: int,
-                 seed: int, path: str, env_options: "dict | None" = None,
-                 **agent_opts: Any) -> list[list[MeasureResult]]:
-    """Train one policy on each workload in turn (real envs, real measurements) and save it.
-    Returns the training histories."""
-    from tensorgym import registry
-    from tensorgym.search import tune
-
-    from .harness import make_env
-
-    histories = []
-    policy = None
-    for i, w in enumerate(workloads):
-        agent = registry.make(agent_name, policy_path=policy, learn=True, **agent_opts)
-        env = make_env(w, target, budget=trials_per_workload,
-                       **{**(env_options or {}), **agent.env_kwargs})
-        try:
-            histories.append(tune(env, agent, trials_per_workload, seed=seed + i))
-        finally:
-            env.close()
-        agent.save(path)
-        policy = path
-    return histories
 
 
 class StepClock(gym.Wrapper):
@@ -359,10 +340,8 @@ def train_on_replay(agent_name: str, workloads: Sequence[str], target: str, data
     import torch
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from tensorgym import registry
+    from tensorgym import make_env, registry
     from tensorgym.dataset import Dataset
-
-    from .harness import make_env
 
     if total_steps < 1 or episode_trials < 1:
         raise TensorGymError("total_steps and episode_trials must be >= 1")
@@ -427,4 +406,4 @@ def train_on_replay(agent_name: str, workloads: Sequence[str], target: str, data
 
 
 __all__ = ["MaskablePPOAgent", "PPOAgent", "ReplayTraining", "SB3Agent", "StepClock",
-           "train_on_replay", "train_policy"]
+           "train_on_replay"]

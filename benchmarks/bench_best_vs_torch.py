@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 from tensorgym.records import Records
 from tensorgym.workloads import get_workload
 

@@ -6,7 +6,7 @@ config, and PyTorch (oneDNN), measured side by side in one run on this machine.
 Prints GFLOP/s, the ratio of the best found to PyTorch, median seconds per trial (build +
 measure, and wall clock with parallel builds), and the fraction of configs that failed. The best
 program and the reference schedule are re-measured interleaved with PyTorch
-(``tensorgym.baselines.compare``) before they are reported (the best of many noisy samples is
+(``tensorgym.leaderboard.compare``) before they are reported (the best of many noisy samples is
 optimistic); random_best and local_best are the searches' own figures.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload

@@ -1,7 +1,7 @@
 """The CPU template's vendor-class schedules (``templates.cpu.micro_kernel_values``: output
 channels or B columns in the vector lanes, packed weights / B panels, a register-blocked
 accumulator tile) against the reference schedule and the vendor library (PyTorch: oneDNN / MKL),
-timed side by side in interleaved rounds (``baselines.compare.remeasure``).
+timed side by side in interleaved rounds (``leaderboard.compare.remeasure``).
 
     python benchmarks/bench_cpu_packed.py --threads 2 --workloads conv2d-C1 conv2d-C6 matmul-1024
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 from tensorgym.hardware.cpu import host_isa, vector_lanes
 from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.hardware.runtime import packing_seconds

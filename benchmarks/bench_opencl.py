@@ -17,8 +17,8 @@ from collections import Counter
 
 import numpy as np
 
-from tensorgym.baselines import compare
-from tensorgym.measure import MeasureOptions, LocalMeasurer
+from tensorgym.leaderboard import compare
+from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.templates import default_config, space_for
 from tensorgym.workloads import get_workload
 

@@ -1,6 +1,7 @@
 """Shared plumbing of the paper's component studies (bench_paper_fig*.py): runs on real envs,
-a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves,
-re-measurement and plots come from ``tensorgym.baselines.compare``.
+a cache of finished runs, tables and PNG figures like the paper's Figures 4-8. Curves
+(``metrics.best_so_far``), re-measurement (``compare``) and plots (``plots.plot_curves``) come
+from ``tensorgym.leaderboard``.
 
 Every method measures only through ``env.unwrapped.session.measure`` on a fresh env per (method,
 workload, seed) with its own records database, so runs do not serve each other cached results.
@@ -17,11 +18,13 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tensorgym.baselines import compare
-from tensorgym.baselines.harness import make_env
+from tensorgym import make_env
+from tensorgym.leaderboard import compare
+from tensorgym.leaderboard.metrics import best_so_far
+from tensorgym.leaderboard.plots import plot_curves
 from tensorgym.search import tune
 
-Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (compare.best_so_far)
+Curve = np.ndarray  # best GFLOP/s so far after trial 1..n (metrics.best_so_far)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,7 +101,7 @@ def run_method(make_agent: Callable[[], object], workload: str, target: str, tri
         env.close()
     ok = [r for r in history if r.ok]
     best = max(ok, key=lambda r: r.gflops).config.to_json() if ok else None
-    run = Run(compare.best_so_far(history, trials), best, time.time() - t)
+    run = Run(best_so_far(history, trials), best, time.time() - t)
     if cacheable:
         cache.put(key, run)
     return run
@@ -160,8 +163,8 @@ def print_table(curves: Curves, title: str,
               "other methods' bests, median of the rounds, mean over seeds")
 
 
-def plot_curves(curves: Curves, path: str, title: str) -> None:
-    compare.plot_curves(curves, path, title, center="mean")  # the tables show means too
+def save_figure(curves: Curves, path: str, title: str) -> None:
+    plot_curves(curves, path, title, center="mean")  # the tables show means too
     print(f"wrote {path}")
 
 
@@ -198,5 +201,5 @@ def study(methods: dict[str, Callable[[], object]], args, table_title: str, png:
                               records=args.db, cache=RunCache(args.reuse),
                               remeasure_rounds=args.remeasure_rounds)
     print_table(curves, table_title, again)
-    plot_curves(curves, os.path.join(args.out, png), f"{plot_title} ({args.target})")
+    save_figure(curves, os.path.join(args.out, png), f"{plot_title} ({args.target})")
     return curves

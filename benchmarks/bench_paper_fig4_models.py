@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 from bench_paper_common import base_parser, study, tuner_options
+from tensorgym import registry
 from tensorgym.registry import make as make_agent
-from tensorgym.baselines import get_agent
 
 
 def main() -> None:
@@ -16,8 +16,8 @@ def main() -> None:
     args = p.parse_args()
     methods = {
         "GBT (rank)": lambda: make_agent("xgb", **tuner_options(args)),
-        "GA": lambda: get_agent("ga", batch_size=args.batch_size),
-        "Random": lambda: get_agent("random", batch_size=args.batch_size),
+        "GA": lambda: registry.make("ga", batch_size=args.batch_size),
+        "Random": lambda: registry.make("random", batch_size=args.batch_size),
     }
     study(methods, args, "Figure 4: cost model vs black-box search", "fig4_models.png",
           "Cost model vs black-box search")

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from bench_paper_common import (base_parser, make_env, plot_curves, run_study,
+from bench_paper_common import (base_parser, make_env, run_study, save_figure,
                                 tuner_options)
 from tensorgym.registry import make as make_agent
 from tensorgym.search import tune
@@ -83,7 +83,7 @@ def main() -> None:
               f"{np.mean(t_base):11.1f} {np.mean(t_tran):16.1f} {speedup:7.2f}x "
               f"{np.mean(again[w]['GBT'] or [0]):16.2f} {np.mean(again[w]['GBT transfer'] or [0]):9.2f}")
     src = "C1-C6" if args.sources == SOURCES else ",".join(args.sources)
-    plot_curves(curves, os.path.join(args.out, "fig8_transfer.png"),
+    save_figure(curves, os.path.join(args.out, "fig8_transfer.png"),
                 f"Transfer from {src} ({args.target})")
 
 

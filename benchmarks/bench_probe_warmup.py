@@ -25,8 +25,8 @@ import time
 os.environ.setdefault("OMP_PROC_BIND", "true")  # as the measuring worker runs kernels
 
 import numpy as np  # noqa: E402
-from tensorgym.baselines.harness import runtime_options  # noqa: E402
-from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
+from tensorgym.leaderboard.harness import runtime_options  # noqa: E402
+from tensorgym.leaderboard.vendor import VendorTimer  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
 from tensorgym.measure.worker import Reference  # noqa: E402
 from tensorgym.measure.drift import calibration_config, calibration_workload  # noqa: E402

@@ -28,8 +28,8 @@ import numpy as np
 
 os.environ.setdefault("OMP_PROC_BIND", "true")  # as the measuring worker runs kernels
 
-from tensorgym.baselines.harness import runtime_options  # noqa: E402
-from tensorgym.baselines.vendor import VendorTimer  # noqa: E402
+from tensorgym.leaderboard.harness import runtime_options  # noqa: E402
+from tensorgym.leaderboard.vendor import VendorTimer  # noqa: E402
 from tensorgym.measure.drift import calibration_config, calibration_workload  # noqa: E402
 from tensorgym.hardware.runtime import get_runtime  # noqa: E402
 from tensorgym.measure.worker import Reference, relative_error, tolerance  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bench_paper_common import base_parser, plot_curves, print_table, run_study, tuner_options
+from bench_paper_common import base_parser, print_table, run_study, save_figure, tuner_options
 from tensorgym.agents import ModelTuner
 from tensorgym.registry import make_model
 
@@ -108,7 +108,7 @@ def main() -> None:
                               records=args.db, remeasure_rounds=args.remeasure_rounds)
     print_table(curves, "Figure 4 (models): GBT vs TreeGRU, rank loss", again)
     print_speed(stats, "model time inside the tuner (all workloads and seeds)")
-    plot_curves(curves, os.path.join(args.out, "fig4_treegru.png"),
+    save_figure(curves, os.path.join(args.out, "fig4_treegru.png"),
                 f"GBT vs TreeGRU cost model ({args.target})")
 
 

@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorgym.baselines import compare
+from tensorgym.leaderboard import compare
 
 REPO = Path(__file__).resolve().parent.parent
 TUNE = "import sys; from tensorgym.cli import main; sys.exit(main(sys.argv[1:]))"

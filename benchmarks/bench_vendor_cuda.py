@@ -23,7 +23,7 @@ import time
 def child(workloads: list[str], rounds: int, configs: dict) -> dict:
     import torch
 
-    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.leaderboard.vendor import VendorTimer
     from tensorgym.workloads import get_workload
 
     out = {}

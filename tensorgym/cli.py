@@ -3,7 +3,8 @@
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
 is the only module of ``tensorgym`` that imports ``tensorgym.baselines`` / ``tensorgym.agents``,
-and only inside the commands that need an agent or the leaderboard.
+and the only one outside ``tensorgym.leaderboard`` that imports the leaderboard, each only
+inside the commands that need an agent or the leaderboard.
 """
 from __future__ import annotations
 
@@ -214,7 +215,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for i in ids:
             print(f"  {i}")
     if what in ("all", "suites"):
-        from tensorgym.baselines.suites import SUITES
+        from tensorgym.leaderboard.suites import SUITES
 
         print("suites:")
         for s in SUITES.values():
@@ -365,7 +366,7 @@ def _speedups(session: Any, farm: Any, best: Any, args: argparse.Namespace) -> d
     """Re-measure the best program, the reference schedule and the vendor library side by side
     (these runs are not trials) and report the speedups, medians over interleaved rounds:
     ``lines`` to print and ``figures`` (``tune --json --compare``'s "compare")."""
-    from tensorgym.baselines.compare import remeasure
+    from tensorgym.leaderboard.compare import remeasure
 
     rounds = 3
     configs = {"best": best.config, "reference": session.reference_config}
@@ -405,8 +406,8 @@ def _speedups(session: Any, farm: Any, best: Any, args: argparse.Namespace) -> d
 
 def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozenset(),
                    rejected: Any = None) -> None:
-    from tensorgym.baselines import tables
-    from tensorgym.baselines.results import split_tracks, track_heading
+    from tensorgym.leaderboard import tables
+    from tensorgym.leaderboard.results import split_tracks, track_heading
 
     tracks = split_tracks(doc)  # live and replay runs are never ranked together
     if len(tracks) > 1 and (args.csv or args.plots):
@@ -421,15 +422,15 @@ def _write_outputs(doc: Any, args: argparse.Namespace, validated: Any = frozense
     if args.csv:
         Path(args.csv).write_text(tables.csv_text(doc, validated))
     if args.plots:
-        from tensorgym.baselines.plots import plot_curves
+        from tensorgym.leaderboard.plots import plot_results
 
-        for path in plot_curves(doc, args.plots):
+        for path in plot_results(doc, args.plots):
             print(f"plot: {path}")
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.action == "show":
-        from tensorgym.baselines.validate import load_all, load_verdicts, screen
+        from tensorgym.leaderboard.validate import load_all, load_verdicts, screen
 
         doc, malformed = load_all(args.results)
         if args.out:
@@ -437,16 +438,17 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         board = screen(doc, load_verdicts(args.validation), malformed, args.validated_only)
         _write_outputs(board.doc, args, board.validated, board.rejected)
         return 0
-    from tensorgym.baselines import get_agent
-    from tensorgym.baselines.leaderboard import RunOptions, run_suite
-    from tensorgym.baselines.suites import get_suite
+    from tensorgym.leaderboard.run import RunOptions, run_suite
+
+    from . import registry
+    from tensorgym.leaderboard.suites import get_suite
 
     suite = get_suite(args.suite)
     agents = [a for a in args.agents.split(",") if a]
     if not agents:
         raise UsageError("--agents is empty")
     for a in agents:
-        get_agent(a)  # fail on a bad name before measuring anything
+        registry.make(a)  # fail on a bad name before measuring anything
     if args.replay is not None and (args.ray is not None or args.db):
         raise UsageError("--replay does not go with --ray or --db: replayed trials are not "
                          "measurements")
@@ -466,8 +468,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tensorgym.baselines.validate import (REJECTED, load_all, passed, report, save_report,
-                                              validate)
+    from tensorgym.leaderboard.validate import (REJECTED, load_all, passed, report,
+                                                save_report, validate)
 
     doc, malformed = load_all(args.results)
     checks = validate(doc, args.tolerance, args.repeats, args.threads, args.attempts,

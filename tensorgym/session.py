@@ -30,18 +30,19 @@ MEASURE_MODES = ("live", "replay")
 def make_measurer(target: str, measure: str = "live", *, options: Optional[MeasureOptions] = None,
                   num_threads: int = 0, ray: "str | bool | None" = None,
                   dataset: Any = None, on_miss: str = "error",
-                  dataset_device: Optional[str] = None,
-                  workload: Optional[Workload] = None) -> Measurer:
+                  dataset_device: Optional[str] = None, workload: Optional[Workload] = None,
+                  live: Optional[Measurer] = None) -> Measurer:
     """The measurer of ``measure`` ("live": this machine, or the Ray cluster ``ray`` — True or
     "" for a local or default one, else its address; "replay": answers from ``dataset``, misses
-    answered as ``on_miss`` says). ``num_threads``: CPU threads of parallel loops (0: all)."""
+    answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"``). ``num_threads``: CPU
+    threads of parallel loops (0: all)."""
     target = canonical_target(target)
     check_measure(measure, dataset, ray)
     kwargs = runtime_kwargs(target, num_threads)
     options = options or MeasureOptions()
     if measure == "replay":
-        return ReplayMeasurer(dataset, target, on_miss, device=dataset_device, options=options,
-                              runtime_kwargs=kwargs, workload=workload)
+        return ReplayMeasurer(dataset, target, on_miss, device=dataset_device, live=live,
+                              options=options, runtime_kwargs=kwargs, workload=workload)
     if ray is None or ray is False:
         return LocalMeasurer(target, options, **kwargs)
     from .measure.ray import RayMeasurer  # imports ray, an optional dependency
@@ -77,7 +78,8 @@ class TuningSession:
     ``measurer``: a measurer to share (the session does not close it); without one the session
     makes its own on the first measurement, as ``measure`` / ``ray`` / ``dataset`` /
     ``on_miss`` / ``dataset_device`` / ``measure_options`` / ``num_threads`` say
-    (:func:`make_measurer`; a replay one at once, so a dataset without this task fails here).
+    (:func:`make_measurer`). A replay's is made at once (a dataset without this task fails
+    here), with ``measurer`` as the live one that ``on_miss="measure"`` measures with.
     ``records``: a path, a ``Records``, ``None`` (the default database under the user cache dir)
     or ``False`` (keep nothing). ``use_cache``: serve configs already in the records instead of
     measuring them again. ``budget``: the most trials (None: no limit); ``budget_seconds``: the
@@ -118,8 +120,10 @@ class TuningSession:
                           dataset_device=dataset_device)
         runtime_kwargs(self.target, num_threads)  # a bad thread count fails here
         self._measurer, self._own_measurer = measurer, measurer is None
-        if measurer is None and measure == "replay":
-            self._measurer = make_measurer(self.target, workload=self.workload, **self._make)
+        if measure == "replay":
+            self._measurer = make_measurer(self.target, workload=self.workload, live=measurer,
+                                           **self._make)
+            self._own_measurer = True  # it closes the live one only if it made it itself
             self._measurer.task(self.workload)  # a dataset without this task fails here
         else:
             check_measure(measure, dataset, ray)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from tensorgym import registry
-from tensorgym.baselines import get_agent
 from tensorgym.search import SearchStrategy, tune
 from tensorgym.space import ConfigSpace, other_knob
 
@@ -24,7 +23,7 @@ def objective(c):
 
 @pytest.mark.parametrize("name", ["random", "ga"])
 def test_black_box_baselines_respect_the_budget_without_repeats(name):
-    method = get_agent(name, batch_size=8)
+    method = registry.make(name, batch_size=8)
     env = SyntheticEnv(SPACE, objective)
     history = tune(env, method, 30, seed=0)
     assert len(history) == env.trials == 30
@@ -32,7 +31,7 @@ def test_black_box_baselines_respect_the_budget_without_repeats(name):
 
 
 def test_ga_improves_on_its_first_generation():
-    history = tune(SyntheticEnv(SPACE, objective), get_agent("ga", batch_size=16), 96, seed=0)
+    history = tune(SyntheticEnv(SPACE, objective), registry.make("ga", batch_size=16), 96, seed=0)
     first = max(r.gflops for r in history[:16])
     assert max(r.gflops for r in history) > first
 

@@ -13,7 +13,7 @@ from tensorgym.search import tune
 from tensorgym.space import ConfigSpace, other_knob
 from tensorgym.templates import space_for
 from tensorgym.workloads import get_workload
-from tensorgym.baselines import AGENTS, get_agent
+from tensorgym import registry
 from tensorgym.baselines.grid import weyl_stride
 
 SEARCH_AGENTS = ["random", "grid", "ga"]
@@ -61,7 +61,7 @@ def matmul_space() -> ConfigSpace:
 def test_respects_budget_and_never_repeats(name, matmul_space):
     env = SyntheticEnv(matmul_space)
     seen_batches = []
-    results = tune(env, get_agent(name), 37, seed=3,
+    results = tune(env, registry.make(name), 37, seed=3,
                                    callbacks=[lambda agent, batch: seen_batches.append(batch)])
     assert len(results) == 37 == len(env.history)
     assert results == env.history  # every trial went through env.measure
@@ -73,7 +73,7 @@ def test_respects_budget_and_never_repeats(name, matmul_space):
 @pytest.mark.parametrize("name", SEARCH_AGENTS)
 def test_same_seed_same_trials_other_seed_differs(name, matmul_space):
     def run(seed):
-        return [r.config.index for r in tune(SyntheticEnv(matmul_space), get_agent(name), 24,
+        return [r.config.index for r in tune(SyntheticEnv(matmul_space), registry.make(name), 24,
                                                              seed=seed)]
     assert run(5) == run(5)
     assert run(5) != run(6)
@@ -83,13 +83,13 @@ def test_same_seed_same_trials_other_seed_differs(name, matmul_space):
 def test_small_space_is_exhausted_then_stops(name):
     space = ConfigSpace("tiny/cpu", (other_knob("a", [1, 2, 3]), other_knob("b", [0, 1, 2, 3, 4])))
     env = SyntheticEnv(space)
-    results = tune(env, get_agent(name), 100, seed=0)
+    results = tune(env, registry.make(name), 100, seed=0)
     assert sorted(r.config.index for r in results) == list(range(15))
 
 
 @pytest.mark.parametrize("name", SEARCH_AGENTS)
 def test_failed_trials_are_kept(name, matmul_space):
-    results = tune(SyntheticEnv(matmul_space, fail_every=3), get_agent(name), 30, seed=1)
+    results = tune(SyntheticEnv(matmul_space, fail_every=3), registry.make(name), 30, seed=1)
     assert len(results) == 30
     assert any(not r.ok for r in results) and any(r.ok for r in results)
 
@@ -97,7 +97,7 @@ def test_failed_trials_are_kept(name, matmul_space):
 def test_ga_beats_random_on_a_smooth_landscape(matmul_space):
     # the synthetic runtime is separable over knobs, which crossover exploits
     def best(name, seed):
-        return max(r.gflops for r in tune(SyntheticEnv(matmul_space), get_agent(name), 200,
+        return max(r.gflops for r in tune(SyntheticEnv(matmul_space), registry.make(name), 200,
                                                           seed=seed))
     ga = np.mean([best("ga", s) for s in range(3)])
     rnd = np.mean([best("random", s) for s in range(3)])
@@ -105,17 +105,17 @@ def test_ga_beats_random_on_a_smooth_landscape(matmul_space):
 
 
 def test_ga_keeps_elites_and_breeds_generations(matmul_space):
-    agent = get_agent("ga", pop_size=16, elite_num=2)
+    agent = registry.make("ga", pop_size=16, elite_num=2)
     tune(SyntheticEnv(matmul_space), agent, 64, seed=0)
     assert agent.generation == 4  # 16, then 14 children a generation (2 elites kept)
 
 
 def test_ga_population_follows_the_budget(matmul_space):
-    agent = get_agent("ga")
+    agent = registry.make("ga")
     tune(SyntheticEnv(matmul_space), agent, 32, seed=0)
     assert agent.generation == 5  # population 8: 8, then 5 children a generation
     with pytest.raises(ValueError, match="pop_size"):
-        get_agent("ga", pop_size=3, elite_num=3)
+        registry.make("ga", pop_size=3, elite_num=3)
 
 
 def test_weyl_stride_visits_every_index():
@@ -126,28 +126,26 @@ def test_weyl_stride_visits_every_index():
 
 
 def test_grid_prefix_spreads_over_leading_knob(matmul_space):
-    results = tune(SyntheticEnv(matmul_space), get_agent("grid", randomize_start=False), 16)
+    results = tune(SyntheticEnv(matmul_space), registry.make("grid", randomize_start=False), 16)
     assert results[0].config.index == 0
     assert len({r.config.choices[0] for r in results}) >= 8  # not stuck varying the last knob
 
 
 def test_reference_agents_resolve_lazily():
-    from tensorgym.baselines import available_agents
-
-    agent = get_agent("xgb")
+    agent = registry.make("xgb")
     assert type(agent).__module__.startswith("tensorgym.agents")
     assert callable(agent.ask) and callable(agent.tell)  # a search strategy
-    assert "xgb-rank" in available_agents()  # tensorgym.agents' other names are reachable
+    assert "xgb-rank" in registry.names()  # tensorgym.agents' other names are reachable
 
 
 def test_registry_names_and_errors():
-    assert {"random", "grid", "ga", "ppo", "maskable-ppo", "xgb", "treegru"} <= set(AGENTS)
+    assert {"random", "grid", "ga", "ppo", "maskable-ppo", "xgb", "treegru"} <= set(registry.AGENTS)
     with pytest.raises(TensorGymError, match="unknown agent 'nope'"):
-        get_agent("nope")
+        registry.make("nope")
     with pytest.raises(TensorGymError, match="bad options"):
-        get_agent("random", no_such_option=1)
+        registry.make("random", no_such_option=1)
     with pytest.raises(ValueError, match="positive"):
-        tune(SyntheticEnv(space_for(get_workload("matmul:16,16,16"), "cpu")), get_agent("random"),
+        tune(SyntheticEnv(space_for(get_workload("matmul:16,16,16"), "cpu")), registry.make("random"),
              0)
 
 
@@ -164,7 +162,7 @@ def measurer():
 
 
 def real_env(tmp_path, trials: int, measurer, **kwargs):
-    from tensorgym.baselines.harness import make_env
+    from tensorgym import make_env
 
     return make_env("matmul:16,16,16", "cpu", budget=trials, measurer=measurer,
                     records=str(tmp_path / "records.db"), **kwargs)
@@ -176,7 +174,7 @@ def test_real_env_budget_and_reproducibility(name, tmp_path, measurer):
     for i in range(2):
         env = real_env(tmp_path / str(i), 8, measurer)
         try:
-            agent = get_agent(name)
+            agent = registry.make(name)
             results = tune(env, agent, 8, seed=11)
             assert len(results) == 8 == env.unwrapped.trials
             assert env.unwrapped.meter.search > 0  # ask and tell are metered
@@ -192,7 +190,7 @@ def test_real_env_budget_and_reproducibility(name, tmp_path, measurer):
 @pytest.mark.parametrize("name", ["ppo", "maskable-ppo"])
 def test_rl_agents_on_real_env(name, tmp_path, measurer):
     # ppo: an update every 4 trials; maskable-ppo: the automatic rollout (6 trials x 8 knobs / 4)
-    agent = get_agent(name, n_steps=4 if name == "ppo" else None, batch_size=4, n_epochs=1)
+    agent = registry.make(name, n_steps=4 if name == "ppo" else None, batch_size=4, n_epochs=1)
     env = real_env(tmp_path, 6, measurer, **agent.env_kwargs)
     try:
         seen = []
@@ -209,21 +207,21 @@ def test_rl_rejects_wrong_action_mode(tmp_path, measurer):
     env = real_env(tmp_path, 4, measurer, action_mode="knob")
     try:
         with pytest.raises(TensorGymError, match="action_mode='config'"):
-            tune(env, get_agent("ppo"), 4)
+            tune(env, registry.make("ppo"), 4)
     finally:
         env.close()
 
 
 def test_maskable_ppo_train_then_evaluate_on_held_out_workload(tmp_path, measurer):
-    from tensorgym.baselines.harness import make_env
-    from tensorgym.baselines.rl import train_policy
+    from tensorgym import make_env
+    from tensorgym.leaderboard.rl_split import train_policy
 
     policy = str(tmp_path / "policy.zip")
     opts = dict(n_steps=16, batch_size=16, n_epochs=1)
     histories = train_policy("maskable-ppo", ["matmul:16,16,16"], "cpu", 4, 0, policy,
                              env_options={"measurer": measurer, "records": False}, **opts)
     assert [len(h) for h in histories] == [4]
-    agent = get_agent("maskable-ppo", policy_path=policy, learn=False)
+    agent = registry.make("maskable-ppo", policy_path=policy, learn=False)
     env = make_env("matmul:8,8,24", "cpu", budget=4, measurer=measurer, records=False,
                    **agent.env_kwargs)  # held out: other knob sizes, same padded spaces
     try:

@@ -1,4 +1,4 @@
-"""The side-by-side harness (tensorgym.baselines.compare): interleaving, medians and ratios on
+"""The side-by-side harness (tensorgym.leaderboard.compare): interleaving, medians and ratios on
 scripted timings, then real runs on a small matmul with and without PyTorch."""
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import importlib.util
 import json
 import statistics
 
-import numpy as np
 import pytest
 
-from tensorgym.baselines import compare, harness
-from tensorgym.baselines.compare import VENDOR, Comparison, best_so_far, remeasure
-from tensorgym.baselines.leaderboard import remeasure_bests
-from tensorgym.baselines.results import Best, Entry
+from tensorgym.leaderboard import compare, harness
+from tensorgym.leaderboard.compare import VENDOR, Comparison, remeasure
+from tensorgym.leaderboard.run import remeasure_bests
+from tensorgym.leaderboard.metrics import best_so_far
+from tensorgym.leaderboard.results import Best, Entry
 from tensorgym.errors import ErrorCode
 from tensorgym.measure import MeasureOptions
 from tensorgym.measure.result import MeasureResult
@@ -183,12 +183,6 @@ def test_best_so_far():
     assert best_so_far([], 2).tolist() == [0.0, 0.0]
 
 
-def test_plot_curves_of_uneven_runs(tmp_path):
-    path = compare.plot_curves({"w1": {"m": [[1, 2, 3], [1, 2]]}, "w2": {"m": [np.ones(4)]}},
-                               tmp_path / "sub" / "c.png", "t", center="mean")
-    assert path.stat().st_size > 1000
-
-
 # ---------------------------------------------------------------- real measurements
 
 def test_real_run_without_vendor():
@@ -215,7 +209,7 @@ def test_real_run_with_vendor_keeps_torch_threads():
 
 @pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed")
 def test_vendor_timer_skips_what_it_cannot_time():
-    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.leaderboard.vendor import VendorTimer
 
     assert "OpenCL" in VendorTimer(W, "opencl").skipped and VendorTimer(W, "opencl").sample(3) == []
     t = VendorTimer(W, "cpu", threads=1, min_seconds=0.01)

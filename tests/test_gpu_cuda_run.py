@@ -80,7 +80,7 @@ def test_headline_env_steps_with_measured_rewards(runtime):
 
 @pytest.mark.parametrize("cuda_graph", [True, False])
 def test_vendor_timer_times_cudnn_and_cublas_in_fp32(runtime, cuda_graph):
-    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.leaderboard.vendor import VendorTimer
     from tensorgym.workloads import conv2d, matmul
 
     for w in (conv2d(1, 32, 14, 14, 32, 3, 1, 1), matmul(256, 256, 256)):

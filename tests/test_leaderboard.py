@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from tensorgym.baselines import get_agent
-from tensorgym.baselines.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
-from tensorgym.baselines.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
+from tensorgym import registry
+from tensorgym.leaderboard.metrics import best_so_far, geomean, normalized_auc, trials_to_reach
+from tensorgym.leaderboard.results import (Best, Entry, Malformed, ResultsDoc, ResultsError, Run,
                                          Trial, VendorResult, entry_digest, merge)
-from tensorgym.baselines.suites import SUITES, get_suite
-from tensorgym.baselines import tables
-from tensorgym.baselines.validate import problems, screen
+from tensorgym.leaderboard.suites import SUITES, get_suite
+from tensorgym.leaderboard import tables
+from tensorgym.leaderboard.validate import problems, screen
 from tensorgym.errors import TensorGymError
 from tensorgym.search import tune
 from tensorgym.templates import space_for
@@ -30,7 +31,7 @@ def synthetic_run(agents=("random", "ga"), seeds=(0, 1), device="cpu/test/1t", r
               vendor=[VendorResult(w.key, "cpu", "torch", 2.0, [1e-3])])
     for agent in agents:
         for seed in seeds:
-            history = tune(SyntheticEnv(space_for(w, "cpu"), flops=w.flops), get_agent(agent),
+            history = tune(SyntheticEnv(space_for(w, "cpu"), flops=w.flops), registry.make(agent),
                            trials, seed)
             e = Entry(agent, w.key, "cpu", seed, trials, w.flops, 1.0, 0.2, 0.3, 0.5,
                       [Trial.from_result(r) for r in history])
@@ -42,7 +43,7 @@ def synthetic_run(agents=("random", "ga"), seeds=(0, 1), device="cpu/test/1t", r
 
 
 def test_metrics():
-    assert best_so_far([1, 3, 2, 5]) == [1, 3, 3, 5]
+    assert best_so_far([1, 3, 2, 5]).tolist() == [1, 3, 3, 5]
     assert trials_to_reach([1, 3, 3, 5], 3) == 2
     assert trials_to_reach([1, 3], 4) is None
     assert normalized_auc([5, 5], 5) == 1.0
@@ -64,7 +65,7 @@ def test_schema_round_trip(tmp_path):
 
 def test_failed_trials_survive_round_trip(tmp_path):
     w = get_workload(WORKLOAD)
-    history = tune(SyntheticEnv(space_for(w, "cpu"), fail_every=2), get_agent("random"), 10)
+    history = tune(SyntheticEnv(space_for(w, "cpu"), fail_every=2), registry.make("random"), 10)
     trials = [Trial.from_result(r) for r in history]
     bad = [t for t in trials if not t.ok]
     assert bad and all(t.invalidity == "runtime" and t.error == "RUNTIME_DEVICE" for t in bad)
@@ -117,9 +118,17 @@ def test_tables_rank_and_aggregate():
 
 
 def test_plots_write_pngs(tmp_path):
-    paths = __import__("tensorgym.baselines.plots", fromlist=["x"]).plot_curves(
+    paths = __import__("tensorgym.leaderboard.plots", fromlist=["x"]).plot_results(
         ResultsDoc([synthetic_run()]), tmp_path)
     assert len(paths) == 1 and paths[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_curves_of_uneven_runs(tmp_path):
+    from tensorgym.leaderboard.plots import plot_curves
+
+    path = plot_curves({"w1": {"m": [[1, 2, 3], [1, 2]]}, "w2": {"m": [np.ones(4)]}},
+                       tmp_path / "sub" / "c.png", "t", center="mean")
+    assert path.stat().st_size > 1000
 
 
 def test_static_checks_accept_consistent_entries_and_flag_doctored_ones():

@@ -119,21 +119,21 @@ def test_human_summary_has_the_split_and_the_bar_shows_trials_per_second(capsys,
 
 
 def test_leaderboard_reads_the_env_meter(tmp_path):
-    from tensorgym.baselines.leaderboard import RunOptions, run_entry
+    from tensorgym.leaderboard.run import RunOptions, run_entry
 
     entry = run_entry("random", "matmul:16,16,16", "cpu", 0, 4,
                       RunOptions(remeasure=0, records=str(tmp_path / "r.db"),
-                                 env_options={"num_threads": 1}))
+                                 session_options={"num_threads": 1}))
     assert entry.build_time > 0 and entry.measure_time > 0 and entry.search_time > 0
     assert entry.build_time + entry.measure_time + entry.search_time <= \
         entry.wall_time * 1.01 + 0.01
 
 
 def test_rl_policy_updates_count_as_model(tmp_path):
-    from tensorgym.baselines import get_agent
-    from tensorgym.baselines.harness import make_env
+    from tensorgym import registry
+    from tensorgym import make_env
 
-    agent = get_agent("ppo")
+    agent = registry.make("ppo")
     env = make_env("matmul:16,16,16", "cpu", budget=16, records=str(tmp_path / "r.db"),
                    num_threads=1, **agent.env_kwargs)
     trained = []

@@ -88,7 +88,7 @@ def cluster():
 @pytest.mark.usefixtures("local_ray")
 class TestLocalRay:
     def test_tune_through_ray_finds_the_local_best(self):
-        from tensorgym.baselines.harness import make_env
+        from tensorgym import make_env
         from tensorgym.baselines.random_search import RandomSearch
         from tensorgym.search import tune
 
@@ -125,7 +125,7 @@ class TestLocalRay:
             m.close()
 
     def test_leaderboard_fans_out_runs_and_resumes(self, tmp_path, capsys):
-        from tensorgym.baselines.results import ResultsDoc, _clean
+        from tensorgym.leaderboard.results import ResultsDoc, _clean
         from tensorgym.cli import main
 
         argv = ["leaderboard", "run", "tiny-cpu", "--agents", "random", "--trials", "2",

@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from tensorgym.baselines import tables
-from tensorgym.baselines.leaderboard import RunOptions, run_entry, run_suite
-from tensorgym.baselines.results import (ResultsDoc, ResultsError, merge, one_track,
+from tensorgym.leaderboard import tables
+from tensorgym.leaderboard.run import RunOptions, run_entry, run_suite
+from tensorgym.leaderboard.results import (ResultsDoc, ResultsError, merge, one_track,
                                          split_tracks)
-from tensorgym.baselines.suites import get_suite
-from tensorgym.baselines.validate import validate
+from tensorgym.leaderboard.suites import get_suite
+from tensorgym.leaderboard.validate import validate
 from tensorgym.cli import main
 from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError
@@ -38,7 +38,7 @@ def board(db):
 
 
 def entry_on_replay(db, agent, seed, on_miss="surrogate"):
-    opts = dataclasses.replace(replay_options(db), remeasure=0, records=False, env_options={
+    opts = dataclasses.replace(replay_options(db), remeasure=0, records=False, session_options={
         "measure": "replay", "dataset": db, "on_miss": on_miss, "num_threads": 1})
     return run_entry(agent, WORKLOAD, "cpu", seed, 6, opts)
 

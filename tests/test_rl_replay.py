@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tensorgym.baselines import rl_split
-from tensorgym.baselines.harness import make_env
+from tensorgym.leaderboard import rl_split
+from tensorgym import make_env
 from tensorgym.baselines.rl import FixedKnobSpaces, train_on_replay
 from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from tensorgym.baselines import tables
-from tensorgym.baselines.peak import ACCUMULATORS, _kernel, fma_peak
-from tensorgym.baselines.results import ResultsDoc
+from tensorgym.leaderboard import tables
+from tensorgym.leaderboard.peak import ACCUMULATORS, _kernel, fma_peak
+from tensorgym.leaderboard.results import ResultsDoc
 from tensorgym.hardware.host import host_vector_lanes
 
 try:
@@ -34,7 +34,7 @@ except AttributeError:
 # then after the NumPy reference has run (which warms glibc's threshold by itself).
 PROBE = textwrap.dedent("""
     import json, math, resource, torch
-    from tensorgym.baselines.vendor import VendorTimer
+    from tensorgym.leaderboard.vendor import VendorTimer
     from tensorgym.workloads import get_workload
 
     def faults():

@@ -164,7 +164,7 @@ def test_warm_start_options_are_declared():
 
 
 def test_leaderboard_runs_do_not_pretrain_unless_asked():
-    from tensorgym.baselines.leaderboard import agent_options
+    from tensorgym.leaderboard.run import agent_options
 
     assert agent_options("xgb", {}) == {"pretrain": False}
     assert agent_options("xgb", {"pretrain": True}) == {"pretrain": True}

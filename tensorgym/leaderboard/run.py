@@ -7,7 +7,6 @@ same run, each run's best config re-measured, and every trial kept in a results 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -17,13 +16,13 @@ from tensorgym import registry
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer, Measurer
 from tensorgym.search import tune
+from tensorgym.session import TuningSession
 from tensorgym.workloads import get_workload
 
 from .compare import remeasure as side_by_side
 from .peak import device_peak_gflops
-from .harness import (device_info, device_threads, make_env, runtime_options,
-                      software_versions)
-from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult
+from .harness import device_info, device_threads, runtime_options, software_versions
+from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult, utc_now
 from .suites import Suite
 
 Progress = Callable[[str], None]
@@ -37,7 +36,7 @@ class RunOptions:
     vendor: bool = True
     records: Any = None  # passed to the env (path, Records or None)
     agent_options: dict[str, dict] = field(default_factory=dict)
-    env_options: dict[str, Any] = field(default_factory=dict)
+    session_options: dict[str, Any] = field(default_factory=dict)  # of each TuningSession
     threads: int = 0  # CPU threads of the kernels' parallel loops (0: all cores)
     ray: "str | None" = None  # run on this Ray cluster ("": ray.init's default): _run_suite_ray
     journal: "str | None" = None  # with ray: entries done so far, read back to resume
@@ -50,25 +49,25 @@ def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: in
     """One agent on one task with one seed (listed as ``display_name`` if given). A shared
     ``measurer`` saves starting a measurement worker per entry.
 
-    Times come from the env's meter (``tensorgym.meter``), the same way for every agent:
+    Times come from the session's meter (``tensorgym.meter``), the same way for every agent:
     ``build_time`` and ``measure_time`` are the wall seconds of the build and timing phases,
     ``search_time`` the agent's own time (featurize + model + search)."""
     w = get_workload(workload)
     agent_opts = agent_options(agent_name, options.agent_options.get(display_name or agent_name,
                                                                      {}))
     agent = registry.make(agent_name, **agent_opts)
-    env = make_env(w, target, budget=trials, records=options.records, measurer=measurer,
-                   **{**options.env_options, **getattr(agent, "env_kwargs", {})})
+    session = TuningSession(w, target, budget=trials, records=options.records, measurer=measurer,
+                            **options.session_options)
     if options.replay is not None:
-        env.reset(seed=seed)  # the replay's draws follow the entry's seed
-    meter = env.unwrapped.meter
+        session.reset(seed)  # the replay's draws follow the entry's seed
+    meter = session.meter
     start = meter.copy()
     try:
         t0 = time.perf_counter()
-        history = tune(env, agent, trials, seed=seed)
+        history = tune(session, agent, trials, seed=seed)
         wall = time.perf_counter() - t0
     finally:
-        env.close()
+        session.close()
     spent = meter.since(start)
     if len(history) > trials:
         raise TensorGymError(f"agent {agent_name} used {len(history)} trials, budget {trials}")
@@ -114,7 +113,7 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     runs: dict[str, Run] = {}  # one run per target in the suite
     measurers: dict[str, Measurer] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
-        runs[target] = Run(uuid.uuid4().hex, _now(), device_info(target, options.threads),
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), device_info(target, options.threads),
                            software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
         if (peak := device_peak_gflops(target, options.threads)) is not None:
@@ -195,7 +194,7 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
     runs, nodes = {}, {}
     for target in dict.fromkeys(t for _, t in suite.tasks):
         nodes[target], name = device_node(target, runtime_options(target, options.threads))
-        runs[target] = Run(uuid.uuid4().hex, _now(), {"name": name, "target": target,
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), {"name": name, "target": target,
                                                       "host": f"ray node {nodes[target][:8]}"},
                            software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
@@ -255,10 +254,6 @@ def _remeasure_entries(entries: list[Entry], rounds: int, vendor: bool,
                        threads: int) -> "tuple[list[Entry], VendorResult | None]":
     """``remeasure_bests`` in a Ray task on the device's node, returning what it changed."""
     return entries, remeasure_bests(entries, rounds, None, vendor, threads)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 __all__ = ["RunOptions", "run_entry", "run_suite"]

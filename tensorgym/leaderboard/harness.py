@@ -1,6 +1,7 @@
-"""The few places the harness touches the core: making an env, re-measuring a config, and
-describing the machine. Kept apart so the leaderboard, validation and CLI share them (configs
-timed side by side with each other and the vendor library: ``compare``)."""
+"""The few places the harness touches the core: the runtime's options, re-measuring a config,
+and describing the machine (the env itself is ``tensorgym.make_env``). Kept apart so the
+leaderboard, validation and CLI share them (configs timed side by side with each other and the
+vendor library: ``compare``)."""
 from __future__ import annotations
 
 import os
@@ -11,21 +12,14 @@ from typing import Any
 
 from tensorgym.errors import TensorGymError
 from tensorgym.hardware.device import Device
-from tensorgym.workloads import Workload, get_workload
-
-
-def make_env(workload: "str | Workload", target: str, **kwargs: Any) -> Any:
-    """The tuning env for any workload (registered name or shape key) and target."""
-    import gymnasium as gym
-
-    import tensorgym.envs  # noqa: F401  (registers TensorSched-v0)
-
-    return gym.make("TensorSched-v0", workload=get_workload(workload), target=target, **kwargs)
+from tensorgym.templates import TARGET_ALIASES
+from tensorgym.workloads import Workload
 
 
 def runtime_options(target: str, threads: int = 0) -> dict[str, Any]:
-    """Runtime keyword arguments: the CPU runtime's thread count (0: all cores)."""
-    return {"num_threads": threads} if target in ("cpu", "llvm") and threads else {}
+    """Runtime keyword arguments: the CPU runtime's thread count (0: all cores). Any alias of
+    the CPU target counts; an unknown target gets none (making its runtime says what is wrong)."""
+    return {"num_threads": threads} if TARGET_ALIASES.get(target) == "cpu" and threads else {}
 
 
 def remeasure(workload: Workload, target: str, config_json: "str | dict", repeats: int = 3,

@@ -22,7 +22,6 @@ them (and the static checks) to a document for ``leaderboard show``.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import statistics
@@ -37,7 +36,8 @@ from tensorgym.templates import space_for
 from tensorgym.workloads import Workload, get_workload
 
 from .harness import device_info, gflops_of, remeasure, runtime_options
-from .results import Entry, Malformed, ResultsDoc, ResultsError, Run, entry_digest
+from .results import (Entry, Malformed, ResultsDoc, ResultsError, Run, entry_digest,
+                      utc_now)
 from .tables import device_name
 
 REPORT_SCHEMA = "tensorgym-validation"
@@ -248,9 +248,8 @@ def save_report(checks: list[Check], path: "str | Path", **settings: Any) -> Pat
     """The verdicts as JSON, for ``leaderboard show --validation``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     path.write_text(json.dumps({"schema": REPORT_SCHEMA, "schema_version": "1.0",
-                                "created": now, "settings": settings,
+                                "created": utc_now(), "settings": settings,
                                 "checks": [asdict(c) for c in checks]}, indent=1))
     return path
 

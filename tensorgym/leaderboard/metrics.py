@@ -5,13 +5,21 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
 
-def best_so_far(gflops: Iterable[float]) -> list[float]:
-    out, best = [], 0.0
-    for g in gflops:
-        best = max(best, g)
-        out.append(best)
-    return out
+from tensorgym.measure.result import MeasureResult
+
+
+def best_so_far(history: "Iterable[MeasureResult | float]", n: "int | None" = None) -> np.ndarray:
+    """Best GFLOP/s after trial 1..n: of measurements (a failed one counts 0) or of figures (one
+    below 0, or NaN, counts 0); a history shorter than ``n`` (the space ran out) keeps its last
+    value."""
+    g = np.array([h.gflops if isinstance(h, MeasureResult) else float(h)
+                  for h in list(history)[:n]], np.float64)
+    curve = np.fmax.accumulate(np.fmax(g, 0.0)) if len(g) else g
+    if n is not None and len(curve) < n:
+        curve = np.r_[curve, np.full(n - len(curve), curve[-1] if len(curve) else 0.0)]
+    return curve
 
 
 def trials_to_reach(curve: Sequence[float], goal: float) -> "int | None":

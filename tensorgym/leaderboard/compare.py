@@ -1,6 +1,5 @@
 """Measurement side by side: the one place configs are re-measured against each other and the
-vendor library, best-so-far curves are drawn from trial histories, and curves are plotted. The
-CLI, the leaderboard and every benchmark script use it.
+vendor library. The CLI, the leaderboard and every benchmark script use it.
 
 These machines drift by up to 40% within half an hour, so figures measured at different times do
 not compare: ``remeasure`` times every config and the vendor op once per round, in an order that
@@ -17,13 +16,10 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Iterator, Mapping, Sequence, Union
 
-import numpy as np
-
 from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
-from tensorgym.measure.result import MeasureResult, spread
+from tensorgym.measure.result import spread
 from tensorgym.processes.host import DeviceLock
 from tensorgym.hardware.target import get_target
 from tensorgym.space import Config
@@ -194,60 +190,5 @@ def _options(m: Measurer, options: MeasureOptions) -> Iterator[None]:
         m.options = saved
 
 
-def best_so_far(history: "Sequence[MeasureResult | float]", n: "int | None" = None) -> np.ndarray:
-    """Best GFLOP/s after trial 1..n (failed trials count 0); a history shorter than ``n`` (the
-    space ran out) keeps its last value."""
-    g = np.array([h.gflops if isinstance(h, MeasureResult) else float(h)
-                  for h in history[:n]], np.float64)
-    curve = np.maximum.accumulate(np.maximum(g, 0.0)) if len(g) else g
-    if n is not None and len(curve) < n:
-        curve = np.r_[curve, np.full(n - len(curve), curve[-1] if len(curve) else 0.0)]
-    return curve
-
-
-Curves = Mapping[str, Mapping[str, Sequence[Sequence[float]]]]  # panel -> line -> one per seed
-
-
-def plot_curves(curves: Curves, path: "str | Path", title: str, center: str = "median",
-                ylabel: str = "best GFLOP/s so far") -> Path:
-    """One PNG: a panel per key of ``curves`` (up to 3 a row), a line per method, the ``center``
-    ("median" or "mean") over seeds with a min..max band; shorter curves keep their last value."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers; must precede pyplot
-    import matplotlib.pyplot as plt
-
-    stat = {"median": np.median, "mean": np.mean}[center]
-    cols = min(3, max(1, len(curves)))
-    rows = math.ceil(len(curves) / cols) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.5 * rows), squeeze=False)
-    for ax, (panel, lines) in zip(axes.flat, curves.items()):
-        for name, runs in lines.items():
-            runs = [list(c) for c in runs if len(c)]
-            if not runs:
-                continue
-            n = max(len(c) for c in runs)
-            arr = np.array([c + [c[-1]] * (n - len(c)) for c in runs])
-            x = np.arange(1, n + 1)
-            line, = ax.plot(x, stat(arr, axis=0), label=f"{name} ({len(runs)} seeds)")
-            if len(runs) > 1:
-                ax.fill_between(x, arr.min(axis=0), arr.max(axis=0), alpha=0.2,
-                                color=line.get_color())
-        ax.set_title(panel, fontsize=9)
-        ax.set_xlabel("trials")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(curves):]:
-        ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-__all__ = ["VENDOR", "Comparison", "best_so_far", "plot_curves", "remeasure",
+__all__ = ["VENDOR", "Comparison", "remeasure",
            "remeasure_options"]

@@ -22,6 +22,7 @@ there instead of failing the whole document (validation reports each one).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -33,6 +34,8 @@ from typing import Any, Iterable
 
 from tensorgym.errors import ErrorCode, TensorGymError
 from tensorgym.measure.result import MeasureResult
+
+from .metrics import best_so_far
 
 SCHEMA = "tensorgym-results"
 SCHEMA_VERSION = "1.1"  # 1.1: Run.track, Run.dataset, Trial.source
@@ -119,12 +122,8 @@ class Entry:
         return (self.workload, self.target)
 
     def curve(self) -> list[float]:
-        """Best GFLOP/s so far after each trial."""
-        out, best = [], 0.0
-        for t in self.trials:
-            best = max(best, t.gflops if t.ok else 0.0)
-            out.append(best)
-        return out
+        """Best GFLOP/s so far after each trial (a failed one counts 0)."""
+        return best_so_far(t.gflops if t.ok else 0.0 for t in self.trials).tolist()
 
     @property
     def failures(self) -> int:
@@ -243,6 +242,11 @@ class Malformed:
             return str(obj.get(key, "?")) if isinstance(obj, dict) else "?"
 
         return cls(where, get(run, "run_id"), get(entry, "agent"), get(entry, "seed"), message)
+
+
+def utc_now() -> str:
+    """Now, as a run's or a report's ``created``: UTC, ISO 8601, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def entry_digest(run: Run, entry: Entry) -> str:

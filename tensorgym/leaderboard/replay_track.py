@@ -21,21 +21,21 @@ from tensorgym.workloads import get_workload
 
 from .harness import device_info, device_threads, runtime_options, software_versions
 from .peak import device_peak_gflops
-from .results import Entry, ResultsDoc, Run
+from .results import Entry, ResultsDoc, Run, utc_now
 from .suites import Suite
 
 if TYPE_CHECKING:
-    from .leaderboard import RunOptions
+    from .run import RunOptions
 
 REPLAY_ON_MISS = ("surrogate", "nearest", "error")
 
 
 def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions", trials: int,
                      seeds: list[int], say: Callable[[str], None]) -> ResultsDoc:
-    """``leaderboard.run_suite`` with ``options.replay`` set (a dataset path)."""
+    """``run.run_suite`` with ``options.replay`` set (a dataset path)."""
     from tensorgym.dataset import Dataset
 
-    from .leaderboard import _now, remeasure_bests, run_entry
+    from .run import remeasure_bests, run_entry
 
     if options.on_miss not in REPLAY_ON_MISS:
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
@@ -55,7 +55,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                 f"{'' if data.devices(target) else target + ' device'}; this machine is "
                 f"{info['name']}: the replay track re-measures each best live on the dataset's "
                 "device (run it there, or with the --threads the dataset was collected with)")
-        runs[target] = Run(uuid.uuid4().hex, _now(), info, software_versions(),
+        runs[target] = Run(uuid.uuid4().hex, utc_now(), info, software_versions(),
                            {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds,
                            track="replay",
                            dataset={"path": data.path, "digest": data.digest,
@@ -73,8 +73,8 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
         for workload, target in suite.tasks:
             if target not in measurers:
                 measurers[target] = LocalMeasurer(target, **runtime_options(target, options.threads))
-            entry_options = replace(options, remeasure=0, records=False, env_options={
-                **options.env_options, "measure": "replay", "dataset": data,
+            entry_options = replace(options, remeasure=0, records=False, session_options={
+                **options.session_options, "measure": "replay", "dataset": data,
                 "on_miss": options.on_miss, "dataset_device": devices[target]})
             entries = []
             for agent in agents:

@@ -3,18 +3,19 @@ workloads with a fixed trial budget of live measurements, next to the same agent
 scratch there and random search with the same budget.
 
     # train on recorded measurements (replay: no hardware), evaluate live
-    python -m tensorgym.baselines.rl_split --agent maskable-ppo --replay data/reference.parquet \\
+    python -m tensorgym.leaderboard.rl_split --agent maskable-ppo --replay data/reference.parquet \\
         --train conv2d-C1 conv2d-C2 conv2d-C3 --train-steps 100000 \\
         --eval conv2d-C6 --eval-trials 32 --threads 2 --out rl.json
 
     # train on live measurements
-    python -m tensorgym.baselines.rl_split --agent maskable-ppo --target cpu \\
+    python -m tensorgym.leaderboard.rl_split --agent maskable-ppo --target cpu \\
         --train matmul:64,64,64 conv2d:1,16,28,28,16,3,1,1 \\
         --eval matmul:128,128,128 --train-trials 64 --eval-trials 32 --out rl.json
 
 ``--replay`` trains for ``--train-steps`` env steps on every training workload at once
-(``rl.train_on_replay``; misses answered as ``--on-miss`` says); without it, training runs
-``--train-trials`` live trials on each workload in turn. The output is a results document
+(``rl.train_on_replay``, reached through the registered agent; misses answered as
+``--on-miss`` says); without it, ``train_policy`` runs ``--train-trials`` live trials on each
+workload in turn. The output is a results document
 (``tensorgym leaderboard show rl.json``, a live-track run: every evaluation trial is measured
 here) with entries ``<agent>:pretrained`` (the trained policy acting, not learning),
 ``<agent>:scratch`` (online learning from a fresh policy) and ``random``; the run's ``suite``
@@ -30,15 +31,37 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from tensorgym import make_env, registry
 from tensorgym.errors import TensorGymError
+from tensorgym.measure.result import MeasureResult
+from tensorgym.search import tune
 from tensorgym.workloads import get_workload
 
 from .harness import device_info, software_versions
-from .leaderboard import RunOptions, _now, remeasure_bests, run_entry
-from .results import ResultsDoc, Run
-from .rl import train_on_replay, train_policy
+from .run import RunOptions, remeasure_bests, run_entry
+from .results import ResultsDoc, Run, utc_now
+
+
+def train_policy(agent_name: str, workloads: list[str], target: str, trials_per_workload: int,
+                 seed: int, path: str, env_options: "dict | None" = None,
+                 **agent_opts: Any) -> list[list[MeasureResult]]:
+    """Train one policy on each workload in turn (real envs, real measurements) and save it.
+    Returns the training histories."""
+    histories = []
+    policy = None
+    for i, w in enumerate(workloads):
+        agent = registry.make(agent_name, policy_path=policy, learn=True, **agent_opts)
+        env = make_env(w, target, budget=trials_per_workload,
+                       **{**(env_options or {}), **agent.env_kwargs})
+        try:
+            histories.append(tune(env, agent, trials_per_workload, seed=seed + i))
+        finally:
+            env.close()
+        agent.save(path)
+        policy = path
+    return histories
 
 
 def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[str],
@@ -53,7 +76,11 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
     policy_path = policy_path or str(Path(tempfile.mkdtemp()) / f"{agent}-policy.zip")
     t0 = time.perf_counter()
     if replay is not None:
-        done = train_on_replay(agent, train, target, replay, train_steps, seeds[0], policy_path,
+        # the RL agents' own training (tensorgym.baselines.rl), reached through the registry
+        train_on_replay = getattr(registry.make(agent), "train_on_replay", None)
+        if train_on_replay is None:
+            raise TensorGymError(f"{agent} is not a stable-baselines3 agent (ppo, maskable-ppo)")
+        done = train_on_replay(train, target, replay, train_steps, seeds[0], policy_path,
                                episode_trials=episode_trials, on_miss=on_miss, progress=progress)
         training = {"replay": {**dataclasses.asdict(done), "steps_per_s": done.steps_per_s}}
     else:
@@ -66,7 +93,7 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
                          env_options={"num_threads": threads} if threads else {},
                          agent_options={pretrained: {"policy_path": policy_path, "learn": False},
                                         scratch: {}})
-    run = Run(uuid.uuid4().hex, _now(), device_info(target, threads), software_versions(),
+    run = Run(uuid.uuid4().hex, utc_now(), device_info(target, threads), software_versions(),
               {"name": f"rl-split-{agent}", "train": list(train), "eval": list(evaluate),
                "train_trials": train_trials, "trials": eval_trials, "policy": policy_path,
                "training": training}, list(seeds))
@@ -83,7 +110,7 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tensorgym.baselines.rl_split")
+    p = argparse.ArgumentParser(prog="python -m tensorgym.leaderboard.rl_split")
     p.add_argument("--agent", default="maskable-ppo", choices=["ppo", "maskable-ppo"])
     p.add_argument("--target", default="cpu")
     p.add_argument("--train", nargs="+", required=True)
