@@ -28,7 +28,7 @@ def one_hot(space: ConfigSpace, configs: Sequence[Config]) -> np.ndarray:
 class SyntheticEnv:
     """``objective(config) -> gflops``; a value <= 0 is a failed build/run."""
 
-    workload = target = records = device = None  # no task: no warm start, no transfer
+    workload = target = records = device = featurizer = None  # no task: no warm start, no transfer
 
     def __init__(self, space: ConfigSpace, objective: Callable[[Config], float],
                  budget: int | None = None, flops: int = 10**9) -> None:

@@ -91,3 +91,90 @@ def test_imports_sees_relative_and_nested_imports():
     assert "tensorgym.leaderboard.results" in imports(LEADERBOARD / "tables.py")  # from .results
     assert "tensorgym.leaderboard.run" in imports(LEADERBOARD / "replay_track.py")  # in a function
     assert "tensorgym.registry" in imports(LEADERBOARD / "run.py")  # from tensorgym import registry
+
+
+#: tensorgym's floors, lowest first: a module imports only from its own floor or the ones below.
+#: A name stands for a module or a package (the longest that matches a module's name counts).
+#: measure sits above lower: its builder processes lower each config, in parallel with the other
+#: builds, so the programs it times need not travel back to the caller and out again.
+FLOORS = (
+    ("tensorgym.errors",),
+    ("tensorgym.te", "tensorgym.loopast", "tensorgym.space", "tensorgym.meter",
+     "tensorgym.registry", "tensorgym.processes"),
+    ("tensorgym.workloads", "tensorgym.codegen"),
+    ("tensorgym.hardware", "tensorgym.task"),
+    ("tensorgym.templates",),
+    ("tensorgym.lower",),
+    ("tensorgym.features", "tensorgym.measure"),
+    ("tensorgym.records",),
+    ("tensorgym.dataset.data", "tensorgym.dataset.cache", "tensorgym.dataset.surrogate"),
+    ("tensorgym.dataset.replay",),
+    ("tensorgym.session",),
+    ("tensorgym.envs",),
+    ("tensorgym.search",),
+    ("tensorgym.dataset",),  # collection and its command line: tunes, on sessions
+    ("tensorgym.leaderboard",),
+    ("tensorgym", "tensorgym.cli", "tensorgym.__main__"),
+)
+
+
+def floor_of(module: str) -> "int | None":
+    best, floor = "", None
+    for i, names in enumerate(FLOORS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, floor = name, i
+    return floor
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.is_dir() or path.with_suffix(".py").exists()
+
+
+def tensorgym_imports(path: Path) -> set[str]:
+    """The tensorgym modules ``path`` imports, at any depth: ``from X import y`` names ``X.y``
+    where that is a module of the tree, else ``X`` (``y`` is defined in ``X``)."""
+    package = module_of(path) if path.name == "__init__.py" else module_of(path).rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            for a in node.names:
+                out.add(f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base)
+    return {n for n in out if n == "tensorgym" or n.startswith("tensorgym.")}
+
+
+def test_every_module_has_a_floor():
+    missing = [module_of(p) for p in (ROOT / "tensorgym").rglob("*.py")
+               if floor_of(module_of(p)) is None]
+    assert not missing, missing
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    upward = []
+    for path in (ROOT / "tensorgym").rglob("*.py"):
+        me = module_of(path)
+        for name in tensorgym_imports(path):
+            if floor_of(name) > floor_of(me):
+                upward.append(f"{me} (floor {floor_of(me)}) imports {name} "
+                              f"(floor {floor_of(name)})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_the_floors_catch_an_upward_import():
+    # the check above is only as good as the floors and the parser
+    assert floor_of("tensorgym.measure.local") > floor_of("tensorgym.lower")
+    assert floor_of("tensorgym.dataset.collection") > floor_of("tensorgym.search") > \
+        floor_of("tensorgym.dataset.replay")
+    assert "tensorgym.session" in tensorgym_imports(ROOT / "tensorgym" / "envs" / "tensor_sched.py")

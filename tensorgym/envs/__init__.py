@@ -2,10 +2,13 @@
 the generic ``TensorSched-v0`` (``gym.make("TensorSched-v0", workload=..., target=...)``)."""
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 
+from ..errors import TensorGymError
 from ..templates import TARGET_ALIASES
-from ..workloads import WORKLOADS
+from ..workloads import WORKLOADS, Workload, get_workload
 
 ENTRY_POINT = "tensorgym.envs.tensor_sched:TensorSchedEnv"
 FIXED_ENTRY_POINT = "tensorgym.envs:make_fixed"
@@ -14,8 +17,7 @@ FIXED_ENTRY_POINT = "tensorgym.envs:make_fixed"
 def make_fixed(*, fixed_workload: str, fixed_target: str, **kwargs):
     """The env of a ``TensorSched-<workload>-<target>`` id: its name fixes both, so a
     ``workload=`` or ``target=`` that says otherwise is an error, not a silent swap."""
-    from ..errors import TensorGymError
-    from .tensor_sched import TensorSchedEnv
+    from .tensor_sched import TensorSchedEnv  # registration imports no env (gym.make does)
 
     for key, fixed in (("workload", fixed_workload), ("target", fixed_target)):
         if key in kwargs and kwargs[key] != fixed:
@@ -25,6 +27,12 @@ def make_fixed(*, fixed_workload: str, fixed_target: str, **kwargs):
                                  f"workload=..., target=...)")
         kwargs[key] = fixed
     return TensorSchedEnv(**kwargs)
+
+
+def make_env(workload: "str | Workload", target: str, **kwargs: Any) -> Any:
+    """The tuning env for any workload (registered name, shape key or ``Workload``) and target:
+    ``gym.make("TensorSched-v0", workload=..., target=..., **kwargs)``."""
+    return gym.make("TensorSched-v0", workload=get_workload(workload), target=target, **kwargs)
 
 
 def env_ids() -> list[str]:

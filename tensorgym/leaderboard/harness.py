@@ -1,5 +1,5 @@
 """The few places the harness touches the core: the runtime's options, re-measuring a config,
-and describing the machine (the env itself is ``tensorgym.make_env``). Kept apart so the
+and describing the machine (the env itself is ``tensorgym.envs.make_env``). Kept apart so the
 leaderboard, validation and CLI share them (configs timed side by side with each other and the
 vendor library: ``compare``)."""
 from __future__ import annotations

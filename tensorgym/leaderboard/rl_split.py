@@ -33,7 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from tensorgym import make_env, registry
+from tensorgym import registry
+from tensorgym.envs import make_env
 from tensorgym.errors import TensorGymError
 from tensorgym.measure.result import MeasureResult
 from tensorgym.search import tune
@@ -90,7 +91,7 @@ def run_split(agent: str, target: str, train: Sequence[str], evaluate: Sequence[
                              "wall_s": time.perf_counter() - t0}}
     pretrained, scratch = f"{agent}:pretrained", f"{agent}:scratch"
     options = RunOptions(remeasure=remeasure, threads=threads,
-                         env_options={"num_threads": threads} if threads else {},
+                         session_options={"num_threads": threads} if threads else {},
                          agent_options={pretrained: {"policy_path": policy_path, "learn": False},
                                         scratch: {}})
     run = Run(uuid.uuid4().hex, utc_now(), device_info(target, threads), software_versions(),
