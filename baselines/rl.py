@@ -131,7 +131,7 @@ class SB3Agent(SearchStrategy):
         raise NotImplementedError
 
     def _check_env(self, env: Any) -> None:
-        mode = getattr(env.unwrapped, "action_mode", self.action_mode)
+        mode = env.unwrapped.action_mode  # a TensorSchedEnv's (search.tune makes one)
         if mode != self.action_mode:
             raise TensorGymError(f"{self.name} needs an env made with action_mode="
                                  f"{self.action_mode!r}, got {mode!r}")
@@ -252,11 +252,6 @@ class MaskablePPOAgent(SB3Agent):
         from sb3_contrib import MaskablePPO
 
         return MaskablePPO
-
-    def _check_env(self, env: Any) -> None:
-        super()._check_env(env)
-        if not hasattr(env.unwrapped, "action_masks"):
-            raise TensorGymError("maskable-ppo needs an env with action_masks()")
 
     def __init__(self, *args: Any, max_options: int = 128, max_knobs: int = 16,
                  **kwargs: Any) -> None:

@@ -18,6 +18,9 @@ from typing import Any, Sequence
 
 from .errors import TensorGymError
 
+# Each command imports what it needs when it runs: `tensorgym --help` and `tensorgym list` load
+# no LLVM, and only the agent or option asked for loads torch, xgboost or ray.
+
 
 class UsageError(Exception):
     pass
@@ -286,19 +289,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "workload": workload.key, "label": workload.label, "target": args.target,
         "agent": args.agent, "seed": args.seed, "trials": len(history),
         "failures": len(history) - len(ok), "reused": len(prior), "wall_time": round(wall, 3),
-        "best_gflops": best.gflops if best else 0.0,
-        "best_gflops_found": found.gflops if found else 0.0,
-        "best_config": json.loads(best.config.to_json()) if best else None,
-        "best_reused": bool(found and found.cached),
-        # sets of end-of-tune rounds taken (more than 1: the first disagreed with the tune's figure)
-        "best_sets": best.extra.get("sets", 1) if best is not None and best.extra.get(
-            "reconfirmed") else 0,
-        # each set's figure, where there were several (the last one is best_gflops)
-        "best_set_gflops": best.extra.get("set_gflops", []) if best is not None else [],
-        # sets set aside because the calibration kernel ran slow meanwhile (taken again)
-        "best_slow_retakes": best.extra.get("slow_retakes", 0) if best is not None else 0,
-        # per set: the calibration kernel's time then over its usual time through the tune
-        "best_set_slowdowns": best.extra.get("set_slowdowns", []) if best is not None else [],
+        **_best_fields(best, found),
         "time": {k: round(v, 3) for k, v in spent.report(wall).items()},
     }
     if speedups.get("figures"):  # re-measured after wall_time: the figures of the same rounds
@@ -327,24 +318,48 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if best is None:
             print("no valid config found")
         else:
-            earlier = " (found in an earlier tune)" if found.cached else ""
-            if summary["best_sets"] > 1:  # its first set of rounds disagreed with the tune's
-                figures = ", then ".join(f"{g:.1f}" for g in summary["best_set_gflops"])
-                earlier += (f"; timed in {summary['best_sets']} sets of rounds ({figures} "
-                            "GFLOP/s), the machine's speed having moved"
-                            + ("" if summary["best_set_gflops"][-1] == best.gflops
-                               else ", and the median set reported"))
-            if summary["best_slow_retakes"]:
-                earlier += (f"; {summary['best_slow_retakes']} set(s) of rounds taken again, "
-                            "the machine having run slow meanwhile")
-            print(f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
-                  f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
+            print(_best_line(best, found, summary))
             for line in speedups.get("lines", []):
                 print(line)
             print(f"config: {best.config.to_json()}")
             if args.export_source:
                 print(f"source written to {args.export_source}")
     return 0 if best is not None else 1
+
+
+def _best_fields(best: Any, found: Any) -> dict:
+    """``tune --json``'s figures of the best: as reported and as found, and its sets of rounds."""
+    return {
+        "best_gflops": best.gflops if best else 0.0,
+        "best_gflops_found": found.gflops if found else 0.0,
+        "best_config": json.loads(best.config.to_json()) if best else None,
+        "best_reused": bool(found and found.cached),
+        # sets of end-of-tune rounds taken (more than 1: the first disagreed with the tune's figure)
+        "best_sets": best.extra.get("sets", 1) if best is not None and best.extra.get(
+            "reconfirmed") else 0,
+        # each set's figure, where there were several (the last one is best_gflops)
+        "best_set_gflops": best.extra.get("set_gflops", []) if best is not None else [],
+        # sets set aside because the calibration kernel ran slow meanwhile (taken again)
+        "best_slow_retakes": best.extra.get("slow_retakes", 0) if best is not None else 0,
+        # per set: the calibration kernel's time then over its usual time through the tune
+        "best_set_slowdowns": best.extra.get("set_slowdowns", []) if best is not None else [],
+    }
+
+
+def _best_line(best: Any, found: Any, summary: dict) -> str:
+    """The line ``tune`` prints of the best: its figure now, as found, and its sets of rounds."""
+    earlier = " (found in an earlier tune)" if found.cached else ""
+    if summary["best_sets"] > 1:  # its first set of rounds disagreed with the tune's
+        figures = ", then ".join(f"{g:.1f}" for g in summary["best_set_gflops"])
+        earlier += (f"; timed in {summary['best_sets']} sets of rounds ({figures} "
+                    "GFLOP/s), the machine's speed having moved"
+                    + ("" if summary["best_set_gflops"][-1] == best.gflops
+                       else ", and the median set reported"))
+    if summary["best_slow_retakes"]:
+        earlier += (f"; {summary['best_slow_retakes']} set(s) of rounds taken again, "
+                    "the machine having run slow meanwhile")
+    return (f"best: {best.gflops:.2f} GFLOP/s ({best.median * 1e3:.4f} ms), timed again "
+            f"at the end of the tune (as found: {found.gflops:.2f}){earlier}")
 
 
 def _reuse_line(agent: Any, prior: list, n_new: int, args: argparse.Namespace,

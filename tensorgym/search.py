@@ -25,6 +25,8 @@ import warnings
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Sequence
 
+from tqdm import tqdm
+
 from .envs.tensor_sched import TensorSchedEnv
 from .errors import TensorGymError
 from .measure.result import MeasureResult
@@ -226,8 +228,6 @@ class ProgressBar:
     ``best``, e.g. that of prior results). ``close()`` it when the tune ends."""
 
     def __init__(self, total: int, desc: str, best: float = 0.0) -> None:
-        from tqdm import tqdm
-
         self.best = best
         # rate_noinv: always trials/s (tqdm's own rate flips to s/trial below 1/s);
         # smoothing=0: the average since the start, as batches arrive in bursts

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import registry
 from ..errors import TensorGymError
@@ -172,8 +173,6 @@ def _cores() -> int:
 def _bar(progress: bool, total: int, desc: str) -> Any:
     if not progress or total == 0:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit=" configs", smoothing=0)
 
 

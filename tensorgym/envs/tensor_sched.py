@@ -110,32 +110,17 @@ class TensorSchedEnv(gym.Env):
     ``budget_seconds``.
 
     ## Measurements
-    Each trial is measured by the session's measurer as docs/measurement.md describes: a result
-    that would become the best is timed again first (``info["confirmed"]``), so ``best`` and
-    ``info["best_gflops"]`` are confirmed figures; a kernel that is surely slower than ``early_stop``
-    (default 3; 0: off) times the best or the batch's fastest is timed with fewer samples
-    (``info["early_stop"]``); one stopped in its first run is a lower bound never compared with
-    NumPy (``info["unchecked"]``); ``info["drift"]`` flags a measurement taken while the
-    machine's speed moved. ``session.reconfirm`` times the top configs once more at the end of a
-    tune (``tensorgym tune`` reports that figure).
+    Each trial is measured by the session's measurer (docs/measurement.md): a would-be best is
+    timed again before it counts (``info["confirmed"]``), a kernel surely ``early_stop`` (3) times
+    slower than the best gets fewer samples (``info["early_stop"]``; ``info["unchecked"]`` if
+    stopped in its first run), and ``info["drift"]`` flags a moving machine. ``measure="replay"``
+    answers from a dataset instead (docs/dataset.md): ``info["source"]`` says how,
+    ``info["virtual_time"]`` adds up the seconds the trials took when measured, and
+    ``budget_seconds`` ends the episode once that is spent.
 
-    ## Replay: recorded measurements and virtual time
-    ``measure="replay"`` with ``dataset`` (a records database or its export, or a
-    ``tensorgym.dataset.Dataset``) answers every trial from the dataset instead of the hardware
-    (``tensorgym.dataset.replay``): a recorded config gets one of its records, its samples drawn
-    with the env's seed (``reset(seed=...)``); a config the dataset lacks is answered as
-    ``on_miss`` says (``error``, ``nearest``, ``surrogate``, ``measure``). ``info["source"]`` is
-    ``recorded``, ``surrogate`` or ``measured``; ``info["virtual_time"]`` adds up the build and run
-    seconds the episode's trials took when they were measured (live: as they are measured), and
-    ``budget_seconds`` ends the episode once it is spent, as ``budget`` does after that many
-    trials. Nothing answered from the dataset is written to ``records`` as a measurement.
-
-    The env pickles (``pickle.dumps(env)``, and so ``AsyncVectorEnv``): the copy keeps the
-    episode (history, best, partial knobs, ``np_random``), reconnects to the same records
-    database, and starts its own measurer (same target and options) when it first measures.
-
-    ``env.unwrapped.session`` is the tuning session search agents work on (``space``,
-    ``featurize``, ``measure``, ``history``, ``best``, ``meter``, ``reference_gflops``); the env
+    The env pickles (so ``AsyncVectorEnv`` works): the copy keeps the episode and the session's
+    history, reconnects to the records database and starts its own measurer when it first
+    measures. ``env.unwrapped.session`` is the tuning session search agents work on; the env
     reads ``space``, ``workload``, ``target``, ``history``, ``best``, ``trials`` and ``meter``
     through to it.
 
@@ -274,7 +259,7 @@ class TensorSchedEnv(gym.Env):
         result = self.session.measure_valid([config])[0]  # from_choices made it of this space
         self._last_config = config
         reward = self._reward(result, best_before)
-        terminated = self.session.spent
+        terminated = self.trials >= self.budget or self.session.spent
         return self._observe(), reward, terminated, False, self._info(result)
 
     def _config_of(self, action: Any):

@@ -133,6 +133,44 @@ def _cpu_model() -> str:
 _LIVE_ENGINES: list = []
 
 
+def compile_object(source: str, opt_level: int = 3, codegen_level: int = 3,
+                   isa: "str | None" = None) -> bytes:
+    """LLVM IR ``source`` optimised (``_optimize``) and compiled to an object file for this CPU
+    (or for ``isa``)."""
+    tm = _target_machine(codegen_level, isa)
+    mod = llvm.parse_assembly(source)
+    mod.triple = llvm.get_process_triple()
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    _optimize(mod, tm, opt_level)
+    return tm.emit_object(mod)
+
+
+def load_object(binary: bytes, name: str) -> tuple[Any, int]:
+    """The object file ``binary`` loaded in this process: (its engine, which keeps the code
+    alive, and the address of its function ``name``)."""
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+    objfile = llvm.ObjectFileRef.from_data(binary)
+    engine.add_object_file(objfile)
+    engine.finalize_object()
+    address = engine.get_function_address(name)
+    if not address:
+        raise RuntimeError(f"{name} not found in the compiled object")
+    _LIVE_ENGINES.append((engine, objfile, binary))
+    return engine, address
+
+
+def host_cpu_name() -> str:
+    """LLVM's name of this CPU (``znver4``, ``emeraldrapids``, ...)."""
+    return llvm.get_host_cpu_name()
+
+
+def jit(source: str, name: str) -> int:
+    """The address of function ``name`` of LLVM IR ``source``, compiled as kernels are and
+    loaded in this process for its life (the FMA peak's loop is JIT-compiled this way)."""
+    return load_object(compile_object(source), name)[1]
+
+
 class GuardedBuffer:
     """One buffer in a :class:`HostMapping`: [PROT_NONE][canary][data][canary][PROT_NONE]. A
     small overrun lands in a canary (:meth:`damage`), a larger one faults."""
@@ -271,24 +309,10 @@ class CPURuntime(Runtime):
 
     def compile(self, source: str, program: Program) -> bytes:
         opt, codegen = self._levels(source)
-        tm = _target_machine(codegen, self.isa)
-        mod = llvm.parse_assembly(source)
-        mod.triple = llvm.get_process_triple()
-        mod.data_layout = str(tm.target_data)
-        mod.verify()
-        _optimize(mod, tm, opt)
-        return tm.emit_object(mod)
+        return compile_object(source, opt, codegen, self.isa)
 
     def load(self, binary: Any, program: Program) -> CPUKernel:
-        tm = _target_machine()
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        objfile = llvm.ObjectFileRef.from_data(binary)
-        engine.add_object_file(objfile)
-        engine.finalize_object()
-        address = engine.get_function_address(KERNEL_NAME)
-        if not address:
-            raise RuntimeError(f"{KERNEL_NAME} not found in the compiled object")
-        _LIVE_ENGINES.append((engine, objfile, binary))
+        engine, address = load_object(binary, KERNEL_NAME)
         return CPUKernel(engine, address, program)
 
     def assembly(self, source: str) -> str:

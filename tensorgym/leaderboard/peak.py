@@ -1,5 +1,5 @@
 """The CPU's FMA peak, measured: a loop of independent fused multiply-adds on the host's widest
-float32 vectors (``host_vector_lanes``), JIT-compiled with llvmlite for this CPU and run on
+float32 vectors (``host_vector_lanes``), JIT-compiled for this CPU as kernels are and run on
 ``threads`` threads at once. Its GFLOP/s is the ceiling a convolution or matmul kernel can reach
 on these cores (2 FLOPs per lane per FMA), so "share of FMA peak" says how close a layer is to it.
 
@@ -15,16 +15,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tensorgym.errors import TargetUnavailableError
+from tensorgym.hardware.cpu import host_cpu_name, jit
 from tensorgym.hardware.host import host_vector_lanes
 from tensorgym.processes.host import available_cpus
 
 #: independent accumulator chains: enough to cover the FMA latency times the FMA ports (4 x 2
 #: on Zen 4 and most AVX-512 cores) while staying in registers (32 on AVX-512, 16 on AVX2)
 ACCUMULATORS = {16: 24, 8: 12, 4: 12}
-
-# Engines stay alive for the process: freeing an MCJIT engine after use crashes LLVM later on.
-_ENGINES: list = []
-
 
 @dataclass(frozen=True)
 class Peak:
@@ -75,20 +72,8 @@ def _ir(lanes: int, accumulators: int) -> str:
 
 @lru_cache(maxsize=None)
 def _kernel(lanes: int, accumulators: int) -> "ctypes._CFuncPtr":
-    import llvmlite.binding as llvm  # noqa: PLC0415
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                      features=llvm.get_host_cpu_features().flatten(), opt=3)
-    mod = llvm.parse_assembly(_ir(lanes, accumulators))
-    mod.verify()
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.finalize_object()
-    _ENGINES.append(engine)
     fn_type = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)
-    return fn_type(engine.get_function_address("fma_loop"))
+    return fn_type(jit(_ir(lanes, accumulators), "fma_loop"))
 
 
 def fma_peak(threads: "int | None" = None, lanes: "int | None" = None, seconds: float = 0.2,
@@ -96,8 +81,6 @@ def fma_peak(threads: "int | None" = None, lanes: "int | None" = None, seconds: 
     """The FMA loop on ``threads`` threads (default: every core this process may use) for about
     ``seconds`` per run, ``repeats`` runs; the best run is the peak (a slower one lost time to
     other processes). ``lanes`` defaults to the host's vector width."""
-    import llvmlite.binding as llvm  # noqa: PLC0415
-
     threads = threads or available_cpus()
     lanes = lanes or host_vector_lanes()
     if threads < 1 or repeats < 1 or seconds <= 0:
@@ -129,7 +112,7 @@ def fma_peak(threads: "int | None" = None, lanes: "int | None" = None, seconds: 
         for t in pool:
             t.join()
         samples.append(threads * n * flops_per_iter / (time.perf_counter() - t0) / 1e9)
-    return Peak(max(samples), threads, lanes, accumulators, llvm.get_host_cpu_name(),
+    return Peak(max(samples), threads, lanes, accumulators, host_cpu_name(),
                 tuple(samples))
 
 

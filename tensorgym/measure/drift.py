@@ -7,12 +7,11 @@ kernel's speed changed was timed on a moving machine: the measurer takes it agai
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
+from ..space import Config
+from ..templates import default_config
 from ..workloads import Workload, matmul
-
-if TYPE_CHECKING:
-    from ..space import Config
 
 #: a phase that starts this soon after the last one ended starts from that one's end calibration
 #: (a confirmation right after its batch): the machine had no time to move, and timing the
@@ -24,15 +23,13 @@ def calibration_workload() -> Workload:
     return matmul(128, 128, 128, name="calibration")
 
 
-def calibration_config(workload: Workload, target: str) -> "Config":
+def calibration_config(workload: Workload, target: str) -> Config:
     """The schedule the calibration kernel runs: the reference schedule. A fast one (a 256^3
     matmul's first micro-kernel seed) dipped with tuned kernels in a Zen 3 VM's slow moments
     (0.73x beside a tuned C6 kernel's 0.70x, where this one read 0.85x), but on that VM it also
     read slow at the start of most phases that follow a build (a vCPU waking from idle): 10-12
     phases of a 96-trial C6 tune counted as drifting and were timed again, against 2-4, and a
     256-trial tune cost 0.194 s per trial instead of 0.142 (``bench_trial_cost.py``)."""
-    from ..templates import default_config  # noqa: PLC0415
-
     return default_config(workload, target)
 
 

@@ -21,6 +21,7 @@ import math
 import statistics
 import time
 import warnings
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Iterator, Optional, Sequence
@@ -40,6 +41,10 @@ from .build import Builder, compile_error
 from .drift import DriftMonitor, calibration_config, calibration_workload
 from .result import BuildResult, MeasureResult, RunResult
 from .worker import KernelWorker, first_run_limit
+
+
+#: builds kept for confirmations (a batch is at most 64 configs; their binaries are small)
+RECENT_BUILDS = 128
 
 
 class LocalMeasurer(MeasurerDefaults):
@@ -73,6 +78,8 @@ class LocalMeasurer(MeasurerDefaults):
         self._device: "str | None" = None
         self._drift = DriftMonitor()
         self._calibration: Optional[tuple[Workload, BuildResult]] = None
+        # the last builds, by (workload, config): a confirmation times the binary it confirms
+        self._recent: "OrderedDict[tuple, BuildResult]" = OrderedDict()
         self.seconds = {"build": 0.0, "run": 0.0}  # wall time in build and timing phases
         self._clocks: list[float] = []
 
@@ -147,6 +154,7 @@ class LocalMeasurer(MeasurerDefaults):
             self._spare = self._new_worker()
             self._spare.spawn()  # it starts while the builders work
         builds = self.build_all("build", [(workload, c) for c in configs])
+        self._keep(workload, configs, builds)
         if spare:
             self._start_spare()  # and never while a kernel is timed: its imports take a core
         return self.time_builds(workload, list(configs), builds, opts)
@@ -157,9 +165,20 @@ class LocalMeasurer(MeasurerDefaults):
         the new samples only (independent of the selection); the first ones are kept in
         ``extra["screened_costs"]``. (A fresh worker would cost a process start, ~0.3 s, and
         every job already gets freshly mapped buffers.)"""
-        b = self.build_all("build", [(workload, result.config)])[0]
+        b = self._recent.get(_build_key(workload, result.config))
+        if b is None:
+            b = self.build_all("build", [(workload, result.config)])[0]
         again = self.time_builds(workload, [result.config], [b], confirm_options(self.options))[0]
         return confirmed(result, again)
+
+    def _keep(self, workload: Workload, configs: Sequence[Config],
+              builds: Sequence[BuildResult]) -> None:
+        for c, b in zip(configs, builds):
+            if b.ok:
+                self._recent[_build_key(workload, c)] = b
+                self._recent.move_to_end(_build_key(workload, c))
+        while len(self._recent) > RECENT_BUILDS:
+            self._recent.popitem(last=False)
 
     def time_builds(self, workload: Workload, configs: list[Config],
                     builds: list[BuildResult], opts: MeasureOptions) -> list[MeasureResult]:
@@ -379,6 +398,10 @@ class LocalMeasurer(MeasurerDefaults):
 
     def describe(self) -> dict:
         return {"target": self.target, "device": self.device, **asdict(self.options)}
+
+
+def _build_key(workload: Workload, config: Config) -> tuple:
+    return workload.key, config.space_key, config.index
 
 
 def _new_local(target: str, options: MeasureOptions, runtime_kwargs: dict) -> LocalMeasurer:
