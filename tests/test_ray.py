@@ -55,6 +55,19 @@ def test_import_tensorgym_does_not_import_ray():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+def test_an_address_where_nothing_answers_is_refused_at_once():
+    from tensorgym.measure.ray import reachable
+
+    with pytest.raises(TensorGymError, match="nothing answers there"):
+        reachable("127.0.0.1:1")  # Ray itself would retry it for minutes
+    with pytest.raises(TensorGymError, match="nothing answers there"):
+        reachable("ray://127.0.0.1:1")
+    for bad in ("nonsense", "127.0.0.1:", ":6379", "host:port"):
+        with pytest.raises(TensorGymError, match="host:port or ray://host:port"):
+            reachable(bad)
+    reachable(None), reachable("auto")  # Ray's own to find
+
+
 def test_bad_measure_and_replay_arguments_are_refused():
     with pytest.raises(TensorGymError, match="unknown measure"):
         make_measurer("cpu", measure="mpi")

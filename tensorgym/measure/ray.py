@@ -21,6 +21,7 @@ This module imports ray; ``tensorgym`` imports it only where a Ray measurer is a
 from __future__ import annotations
 
 import math
+import socket
 import time
 import warnings
 from collections import Counter, deque
@@ -47,6 +48,7 @@ ATTEMPTS = 3  # a config lost with its node this many times is reported as an er
 CHUNK = 8  # most kernels one timing call takes (one calibration phase)
 START_TIMEOUT_S = 120.0  # for a device's actor to start and name its device
 LIVENESS_S = 5.0  # with no answer for this long, look for nodes that died
+REACH_TIMEOUT_S = 5.0  # for a cluster's address to accept a connection
 
 
 def connect(address: "str | None") -> None:
@@ -55,12 +57,30 @@ def connect(address: "str | None") -> None:
     ``RAY_ADDRESS`` names one). An existing connection of this process is kept."""
     if ray.is_initialized():
         return
+    reachable(address)
     try:
         ray.init(address=address, include_dashboard=False if address is None else None,
                  log_to_driver=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise TensorGymError(f"cannot join the Ray cluster at {address!r}: {e}; start one with "
                              "`ray start --head` (docs/distributed.md)") from None
+
+
+def reachable(address: "str | None", timeout: float = REACH_TIMEOUT_S) -> None:
+    """Refuse at once an address ``host:port`` (or ``ray://host:port``) where nothing answers:
+    Ray itself keeps retrying such an address for minutes. None and "auto" are Ray's to find."""
+    if address is None or address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise TensorGymError(f"a Ray address is 'auto', host:port or ray://host:port, not "
+                             f"{address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as e:
+        raise TensorGymError(f"cannot join the Ray cluster at {address!r}: nothing answers "
+                             f"there ({e}); start one with `ray start --head` "
+                             "(docs/distributed.md)") from None
 
 
 def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
