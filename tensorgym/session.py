@@ -9,6 +9,7 @@ machine, on a Ray cluster, or a replay of a dataset.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import replace
 from typing import Any, Optional, Sequence
@@ -18,6 +19,7 @@ from .errors import TensorGymError
 from .features import Featurizer, default_jobs
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult, Measurer
 from .meter import Meter
+from .processes.host import available_cpus
 from .records import Records
 from .space import Config, is_int
 from .task import Task
@@ -29,7 +31,7 @@ MEASURE_MODES = ("live", "replay")
 
 def make_measurer(target: str, measure: str = "live", *, options: Optional[MeasureOptions] = None,
                   num_threads: int = 0, ray: "str | bool | None" = None,
-                  dataset: Any = None, on_miss: str = "error",
+                  dataset: Any = None, on_miss: Optional[str] = None,
                   dataset_device: Optional[str] = None, workload: Optional[Workload] = None,
                   live: Optional[Measurer] = None) -> Measurer:
     """The measurer of ``measure`` ("live": this machine, or the Ray cluster ``ray`` — True or
@@ -37,11 +39,11 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
     answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"``). ``num_threads``: CPU
     threads of parallel loops (0: all)."""
     target = canonical_target(target)
-    check_measure(measure, dataset, ray)
-    kwargs = runtime_kwargs(target, num_threads)
+    check_measure(measure, dataset, ray, on_miss, dataset_device)
+    kwargs = runtime_kwargs(target, num_threads, here=ray in (None, False))
     options = options or MeasureOptions()
     if measure == "replay":
-        return ReplayMeasurer(dataset, target, on_miss, device=dataset_device, live=live,
+        return ReplayMeasurer(dataset, target, on_miss or "error", device=dataset_device, live=live,
                               options=options, runtime_kwargs=kwargs, workload=workload)
     if ray is None or ray is False:
         return LocalMeasurer(target, options, **kwargs)
@@ -51,8 +53,10 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
                        **kwargs)
 
 
-def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = None) -> None:
-    """Refuse a combination of ``make_measurer``'s choices that names no measurer."""
+def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = None,
+                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None) -> None:
+    """Refuse a combination of ``make_measurer``'s choices that names no measurer, or an option
+    that does not apply to the one it names."""
     if measure not in MEASURE_MODES:
         raise TensorGymError(f"unknown measure {measure!r}; use 'live' or 'replay'")
     if (measure == "replay") != (dataset is not None):
@@ -60,13 +64,46 @@ def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = 
                              "measure='replay'")
     if measure == "replay" and ray not in (None, False):
         raise TensorGymError("a replay measures nothing on a Ray cluster: drop ray=")
+    if measure == "live" and (on_miss is not None or dataset_device is not None):
+        raise TensorGymError("on_miss and dataset_device are options of measure='replay'; a "
+                             "live session measures every config")
+    if ray not in (None, False, True) and not isinstance(ray, str):
+        raise TensorGymError(f"ray is an address ('auto', host:port), True or None, not "
+                             f"{ray!r}")
 
 
-def runtime_kwargs(target: str, num_threads: int = 0) -> dict:
-    """The runtime arguments of ``num_threads`` CPU threads (0: all cores; CPU only)."""
-    if not is_int(num_threads) or num_threads < 0:
-        raise TensorGymError(f"num_threads must be an integer >= 0, got {num_threads!r}")
+def runtime_kwargs(target: str, num_threads: int = 0, here: bool = True) -> dict:
+    """The runtime arguments of ``num_threads`` CPU threads (0: all cores; CPU only). ``here``:
+    the kernels run on this machine, so at most as many threads as its cores this process may
+    use (a Ray cluster's nodes may have more)."""
+    cores = available_cpus()
+    if not is_int(num_threads) or num_threads < 0 or (here and num_threads > cores):
+        limit = f"0 (all cores) to {cores}, the cores this process may use" if here else \
+            "0 (all cores) or more"
+        raise TensorGymError(f"num_threads must be an integer from {limit}; got "
+                             f"{num_threads!r}")
     return {"num_threads": int(num_threads)} if canonical_target(target) == "cpu" else {}
+
+
+def _check_options(records: Any, measurer: Any, measure_options: Any, use_cache: Any,
+                   confirm_best: Any, early_stop: Any) -> None:
+    """Refuse a session option of the wrong kind, in one line that says what is allowed."""
+    if not (records is None or records is False or isinstance(records, (str, os.PathLike,
+                                                                         Records))):
+        raise TensorGymError(f"records is a path, a Records, None (the default database) or "
+                             f"False (none), not {type(records).__name__} {records!r}")
+    if measurer is not None and not isinstance(measurer, Measurer):
+        raise TensorGymError(f"measurer is a tensorgym Measurer (LocalMeasurer, RayMeasurer, "
+                             f"ReplayMeasurer), not {type(measurer).__name__}")
+    if measure_options is not None and not isinstance(measure_options, MeasureOptions):
+        raise TensorGymError(f"measure_options is a tensorgym.measure.MeasureOptions, not "
+                             f"{type(measure_options).__name__} {measure_options!r}")
+    for name, value in (("use_cache", use_cache), ("confirm_best", confirm_best)):
+        if not isinstance(value, bool):
+            raise TensorGymError(f"{name} is True or False, not {value!r}")
+    if isinstance(early_stop, bool) or not isinstance(early_stop, (int, float)) or not (
+            early_stop == 0 or 1 <= early_stop < math.inf):
+        raise TensorGymError(f"early_stop must be 0 (off) or a ratio >= 1, got {early_stop!r}")
 
 
 class TuningSession:
@@ -93,7 +130,7 @@ class TuningSession:
                  budget: Optional[int] = None, budget_seconds: Optional[float] = None,
                  use_cache: bool = False, confirm_best: bool = True, early_stop: float = 3.0,
                  measure: str = "live", ray: "str | bool | None" = None, dataset: Any = None,
-                 on_miss: str = "error", dataset_device: Optional[str] = None,
+                 on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
                  measure_options: Optional[MeasureOptions] = None,
                  num_threads: int = 0) -> None:
         self.workload = get_workload(workload)
@@ -104,8 +141,7 @@ class TuningSession:
                                                and 0 < budget_seconds < math.inf):
             raise TensorGymError(f"budget_seconds must be a positive number, got "
                                  f"{budget_seconds!r}")
-        if not (early_stop == 0 or early_stop >= 1):
-            raise TensorGymError(f"early_stop must be 0 (off) or a ratio >= 1, got {early_stop!r}")
+        _check_options(records, measurer, measure_options, use_cache, confirm_best, early_stop)
         if measurer is not None and measurer.target != self.target:
             raise TensorGymError(f"measurer is for {measurer.target}, session for {self.target}")
         self.budget = None if budget is None else int(budget)
@@ -118,7 +154,7 @@ class TuningSession:
         self._make = dict(measure=measure, options=measure_options or MeasureOptions(),
                           num_threads=num_threads, ray=ray, dataset=dataset, on_miss=on_miss,
                           dataset_device=dataset_device)
-        runtime_kwargs(self.target, num_threads)  # a bad thread count fails here
+        runtime_kwargs(self.target, num_threads, here=ray in (None, False))  # fails here
         self._measurer, self._own_measurer = measurer, measurer is None
         if measure == "replay":
             self._measurer = make_measurer(self.target, workload=self.workload, live=measurer,
@@ -126,7 +162,7 @@ class TuningSession:
             self._own_measurer = True  # it closes the live one only if it made it itself
             self._measurer.task(self.workload)  # a dataset without this task fails here
         else:
-            check_measure(measure, dataset, ray)
+            check_measure(measure, dataset, ray, on_miss, dataset_device)
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None

@@ -143,6 +143,15 @@ class TensorSchedEnv(gym.Env):
             raise TensorGymError(f"unknown obs_mode {obs_mode!r}; use one of {FEATURE_MODES}")
         if not is_int(budget) or budget < 1:
             raise TensorGymError(f"budget must be an integer >= 1, got {budget!r}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise TensorGymError(f"render_mode is None or 'ansi', not {render_mode!r}")
+        if failure_reward is not None and (isinstance(failure_reward, bool) or not isinstance(
+                failure_reward, (int, float)) or not math.isfinite(failure_reward)):
+            raise TensorGymError(f"failure_reward must be a finite number, got "
+                                 f"{failure_reward!r}")
+        if session is not None and not isinstance(session, TuningSession):
+            raise TensorGymError(f"session is a tensorgym.session.TuningSession, not "
+                                 f"{type(session).__name__}")
         if session is not None and session_options:
             raise TensorGymError(f"{', '.join(sorted(session_options))}: options of the session, "
                                  "which was given made")
