@@ -131,11 +131,17 @@ class Records:
                                        check_same_thread=False)
             if image is not None:
                 self._db.deserialize(image)
+            tables = {name for (name,) in self._db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:  # another program's: not a byte of it changes
+                self._db.close()
+                raise RecordsError(f"records database {self.path}: not a tensorgym records "
+                                   f"database (its tables: {', '.join(sorted(tables)[:8])}); "
+                                   "give a new file or one tensorgym made", path=self.path)
             if self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            has_schema = self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            has_schema = "meta" in tables
             if not has_schema:  # an existing database opens without writing (read-only, locked)
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",

@@ -259,3 +259,28 @@ def test_pickle_copies_an_in_memory_database():
     assert [r.config_index for r in copy.query()] == [r.config_index for r in db.query()]
     copy.add_many(T, _batch(1, start=90))
     assert (len(copy), len(db)) == (4, 3)
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """A SQLite file without tensorgym's schema is refused by every command, not a byte of it
+    changed (no tables added, no WAL switched on)."""
+    import hashlib
+    import sqlite3
+
+    from tensorgym.cli import main
+
+    path = tmp_path / "other_app.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    db.execute("INSERT INTO users VALUES (1, 'ada')")
+    db.commit()
+    db.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(RecordsError, match="not a tensorgym records database"):
+        Records(path)
+    for argv in (["dataset", "info", str(path)],
+                 ["tune", "matmul:8,8,8", "--trials", "1", "--db", str(path), "--no-progress"]):
+        assert main(argv) == 1
+        assert "not a tensorgym records database (its tables: users)" in capsys.readouterr().err
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other_app.sqlite"]  # no -wal, -shm
