@@ -30,6 +30,8 @@ together.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -147,6 +149,9 @@ class SB3Agent(SearchStrategy):
         """A fresh model on ``env``, or the pre-trained one re-bound to it."""
         algo = self._algo()
         if self.policy_path:
+            # a stable-baselines3 zip holds pickles: loading one runs the code it carries
+            print(f"loading policy {os.path.abspath(self.policy_path)} (a policy file is code: "
+                  "load only files from a source you trust)", file=sys.stderr)
             return algo.load(self.policy_path, env=env, device=self.device, seed=seed)
         steps_per_trial = 1 if self.action_mode == "config" else len(env.unwrapped.space.knobs)
         n_steps = self.rollout_steps(n_trials, steps_per_trial)
