@@ -64,12 +64,15 @@ def _pair(v: Any, default: int) -> tuple[int, int]:
 
 
 def _name(node: Any) -> str:
-    """The module path of the node (``layer1.0.conv1``) where it is the module's own call,
-    else that path and the node's name (``encoder.layers.encoder_layer_0.self_attention:linear``)."""
+    """The module path of the node (``layer1.0.conv1``; ``conv1@1`` for its second call) where
+    it is the module's own call, else that path and the node's name
+    (``layers.encoder_layer_0.self_attention:linear``)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return node.name
-    path, kind = list(stack.values())[-1]
+    key, (path, kind) = list(stack.items())[-1]
+    if "@" in key:  # the module's second, third ... call: b@1, b@2
+        path = f"{path}@{key.rpartition('@')[2]}"
     kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
     own = {"conv2d": "Conv2d", "linear": "Linear"}.get((_aten(node) or ("",))[0])
     if own and kind_name.rsplit(".", 1)[-1].endswith(own):

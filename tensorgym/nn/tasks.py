@@ -202,7 +202,7 @@ class TaskTable:
                  "|---|---|---|---:|---:|---|"]
         for t in self.tasks:
             lines.append(f"| `{t.key}` | {t.op} | {'+'.join(t.epilogue) or '-'} | "
-                         f"{t.flops / 1e9:.4f} | {t.count} | {'yes' if t.tunable_now else 'no'} |")
+                         f"{t.flops / 1e9:.4g} | {t.count} | {'yes' if t.tunable_now else 'no'} |")
         lines += ["", self.totals()]
         if self.untunable:
             lines += ["", "| untunable node | op | reason |", "|---|---|---|"]
