@@ -229,6 +229,39 @@ def test_cli_tasks_and_list_models(capsys, built, tmp_path):
     assert all(name in out for name in MODELS)
 
 
+def test_missing_torchvision_and_untraceable_models_are_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # as if not installed
+    assert main(["tasks", "resnet18"]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'tensorgym[nn]'" in err and len(err.strip().splitlines()) == 1
+
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x  # data-dependent control flow
+
+    from tensorgym.nn import TraceError
+
+    with pytest.raises(TraceError, match="cannot trace Branchy"):
+        extract_tasks(Branchy(), torch.randn(3))
+
+
+def test_exact_gelu_only_and_no_bias_fold_through_a_reshape():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.conv = nn.Conv2d(4, 4, 1, bias=False)
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = F.gelu(self.fc(x), approximate="tanh")
+            z = self.bn(self.conv(y.reshape(1, 4, 4, 4)).reshape(1, 4, 4, 4).transpose(2, 3))
+            return z
+
+    table = extract_tasks(M(), torch.randn(1, 8, 8))
+    assert [t.key for t in table.tasks] == ["dense:8,8,8+bias", "conv2d:1,4,4,4,4,1,1,0"]
+
+
 def test_cli_unknown_model_is_one_line(capsys):
     assert main(["tasks", "nosuch"]) == 1
     err = capsys.readouterr().err

@@ -24,12 +24,17 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
+from ..errors import TensorGymError
 from .tasks import ModelTask, TaskTable, UntunableNode, merge
+
+
+class TraceError(TensorGymError):
+    """torch.export could not trace the model on the example input."""
 
 _LAYOUT = {"view", "reshape", "transpose", "permute", "contiguous", "unflatten", "alias",
            "_unsafe_view"}
 _ACTIVATIONS = {"relu": "relu", "relu_": "relu", "relu6": "relu6", "relu6_": "relu6",
-                "gelu": "gelu", "gelu_": "gelu"}
+                "gelu": "gelu", "gelu_": "gelu"}  # gelu: the exact one (approximate="none")
 
 
 def _aten(node: Any) -> Optional[tuple[str, str]]:
@@ -91,6 +96,7 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
             break
         op = which[0]
         if op in _LAYOUT or (op in ("dropout", "dropout_") and not _arg(user, 2, "train", False)):
+            fold_ok = fold_ok and op not in _LAYOUT  # a BatchNorm of a reshaped conv: not its bias
             cur = user
             continue
         if op == "batch_norm" and fold_ok and not _arg(user, 5, "training", False) and \
@@ -106,6 +112,8 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
                 (float(_arg(user, 1, "min_val", -1.0)), float(_arg(user, 2, "max_val", 1.0))) == \
                 (0.0, 6.0):
             act = "relu6"
+        if act == "gelu" and _arg(user, 1, "approximate", "none") != "none":
+            act = None  # the tanh approximation is another function: it ends the chain
         if act is not None and user.args[0] is cur:
             if any(a in ops for a in ("relu", "relu6", "gelu")):
                 break
@@ -199,7 +207,12 @@ def extract_tasks(model: Any, example_input: Any, name: str = "") -> TaskTable:
 
     model.eval()
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
-    graph = torch.export.export(model, args).graph
+    try:
+        graph = torch.export.export(model, args).graph
+    except Exception as e:  # noqa: BLE001  (export's many failure types: one clear error)
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise TraceError(f"torch.export cannot trace {name or type(model).__name__}: "
+                         f"{type(e).__name__}: {first}") from e
     tasks: list[ModelTask] = []
     untunable: list[UntunableNode] = []
     claimed: set = set()
@@ -217,7 +230,8 @@ def extract_tasks(model: Any, example_input: Any, name: str = "") -> TaskTable:
                 tasks += found if isinstance(found, list) else [found]
         elif op in _OPERATORS or op in _OTHERS:
             kind = _OPERATORS[op][0] if op in _OPERATORS else _OTHERS[op]
-            untunable.append(UntunableNode(_name(node), kind, f"aten.{op}.{overload}"))
+            why = " (padding given as a string)" if (op, overload) == ("conv2d", "padding") else ""
+            untunable.append(UntunableNode(_name(node), kind, f"aten.{op}.{overload}{why}"))
     return merge(name or type(model).__name__, tasks, untunable)
 
 

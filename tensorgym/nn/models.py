@@ -111,9 +111,10 @@ def get_model(name: str) -> tuple[Any, Any]:
         raise ModelUnavailableError(f"unknown model {name!r}; built-in: {', '.join(MODELS)}")
     build, shape = MODELS[name]
     torch = _torch()
-    torch.manual_seed(0)
-    model = build().eval()
-    return model, torch.randn(*shape)
+    # the same weights every time, and the caller's random state untouched
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build().eval(), torch.randn(*shape)
 
 
 def model_tasks(name: str) -> Any:
