@@ -1,4 +1,4 @@
-"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset.
+"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset | tasks.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="workloads, targets, envs, suites and agents")
     ls.add_argument("what", nargs="?", default="all",
-                    choices=["all", "workloads", "targets", "envs", "suites", "agents"])
+                    choices=["all", "workloads", "targets", "envs", "suites", "agents",
+                             "models"])
     ls.add_argument("--options", action="store_true", help="list each agent's options")
 
     t = sub.add_parser("tune", help="tune one workload on one target")
@@ -109,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the vendor library, as the text summary always does (under \"compare\")")
     t.add_argument("--no-progress", action="store_true")
     _ray_arg(t, "build and time on a Ray cluster's devices (docs/distributed.md)")
+
+    tk = sub.add_parser("tasks", help="the tunable tasks of a built-in model (tensorgym.nn)")
+    tk.add_argument("model", help="a built-in model (tensorgym list models)")
+    tk.add_argument("--md", metavar="FILE", help="also write the Markdown table here")
 
     lb = sub.add_parser("leaderboard", help="run or show a leaderboard")
     lsub = lb.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -224,6 +229,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         for s in SUITES.values():
             print(f"  {s.name:<16} {len(s.tasks):>2} tasks, {s.trials} trials, seeds "
                   f"{','.join(map(str, s.seeds))}: {s.description}")
+    if what in ("all", "models"):
+        from .nn.models import DESCRIPTIONS, MODELS
+
+        print("models (tensorgym tasks MODEL; needs torchvision):")
+        for name, (_, shape) in MODELS.items():
+            print(f"  {name:<17} {'x'.join(map(str, shape)):<13} {DESCRIPTIONS[name]}")
     if what in ("all", "agents"):
         from . import registry
 
@@ -503,6 +514,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if passed(checks, args.allow_skip) else 1
 
 
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from .nn import model_tasks
+
+    text = model_tasks(args.model).markdown()
+    print(text, end="")
+    if args.md:
+        Path(args.md).write_text(text)
+    return 0
+
+
 def cmd_dataset(args: argparse.Namespace) -> int:
     from .dataset.cli import cmd_dataset as run
 
@@ -510,7 +531,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
-            "validate": cmd_validate, "dataset": cmd_dataset}
+            "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks}
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:

@@ -111,7 +111,7 @@ FLOORS = (
     ("tensorgym.dataset.replay",),
     ("tensorgym.session",),
     ("tensorgym.envs",),
-    ("tensorgym.search",),
+    ("tensorgym.search", "tensorgym.nn"),  # nn: workloads and errors only, torch optional
     ("tensorgym.dataset",),  # collection and its command line: tunes, on sessions
     ("tensorgym.leaderboard",),
     ("tensorgym", "tensorgym.cli", "tensorgym.__main__"),
