@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from typing import Any, Callable
 
 from ..errors import TensorGymError
@@ -46,6 +47,10 @@ def _torchvision_models() -> Any:
                                             f"({INSTALL})") from None
             for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
                 del sys.modules[name]
+            warnings.warn(f"torchvision's compiled op {missing.group(1)} does not load against "
+                          f"torch {torch.__version__}; the built-in models load without it, "
+                          f"and torchvision.ops.{missing.group(1)} cannot run in this process",
+                          RuntimeWarning, stacklevel=2)
             torch.library.define(f"torchvision::{missing.group(1)}", "(Tensor x) -> Tensor")
     raise ModelUnavailableError(f"torchvision does not import against torch "
                                 f"{torch.__version__}: {INSTALL}")
