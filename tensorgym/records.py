@@ -423,16 +423,24 @@ class Records:
     def _record(self, row: tuple) -> "Record | str":
         """The checked record, or why the row is unusable."""
         (wk, target, device, space, index, cfg, costs, err, msg, _gflops, bt, rt, ts, opts) = row
+        if not all(isinstance(x, str) for x in (wk, target, device, space, cfg)):
+            return "a key that is not a string"
         try:
             error = ErrorCode(err)
-        except ValueError:
-            return f"unknown error code {err!r}"
+        except (ValueError, TypeError):
+            return f"unknown error code {repr(err)[:40]}"
         try:
             costs = tuple(float(c) for c in json.loads(costs))
-            rec = Record(wk, target, device, space, int(index), cfg, costs, error, msg or "",
-                         0.0, float(bt), float(rt), float(ts), opts or "")
-        except (ValueError, TypeError):
+            if isinstance(index, float) and not index.is_integer() or not (
+                    -2**63 <= int(index) < 2**63):  # SQLite's integers
+                raise ValueError(index)
+            rec = Record(wk, target, device, space, int(index), cfg, costs, error,
+                         str(msg or ""), 0.0, float(bt), float(rt), float(ts),
+                         opts if isinstance(opts, str) else "")
+        except (ValueError, TypeError, OverflowError, RecursionError):
             return "malformed values"
+        if not all(math.isfinite(t) and t >= 0 for t in (rec.build_time, rec.run_time)):
+            return "a non-finite or negative build or run time"
         flops = self._workload_flops(wk)
         if flops is None:
             return f"unknown workload {wk!r}"
@@ -440,7 +448,10 @@ class Records:
             return rec
         if not costs or not all(math.isfinite(c) and c > 0 for c in costs):
             return "a success without positive finite times"
-        return dataclasses.replace(rec, gflops=flops / statistics.median(costs) / 1e9)
+        gflops = flops / statistics.median(costs) / 1e9
+        if not math.isfinite(gflops):
+            return "a time too short for a finite GFLOP/s"
+        return dataclasses.replace(rec, gflops=gflops)
 
 
 def _check_workload(task: Task, workload: Optional[Workload]) -> None:

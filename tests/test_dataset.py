@@ -210,3 +210,43 @@ def test_the_bundled_dataset_loads_and_covers_what_its_readme_says():
         strategies = {json.loads(r.options)["collect"]["strategy"] for r in recs}
         assert strategies == {"random", "agent:xgb"}, (name, strategies)
         assert default_config(w, "cpu").to_json() in {r.config_json for r in recs}
+
+
+def test_hostile_rows_are_skipped_with_a_warning_and_the_good_rows_still_load(tmp_path):
+    """Rows that are not objects, costs that are not lists, times that are NaN, inf, negative or
+    too short for a finite GFLOP/s, an index of Infinity, a 400-digit number, list-valued keys:
+    each row is skipped and said so; the good rows load, and no figure is non-finite."""
+    import math
+    import warnings as w
+
+    good = [r for r in Dataset.load("data/reference.parquet").rows()
+            if r["workload_key"] == "matmul:1024,1024,1024"][:20]
+    ok = dict(next(r for r in good if r["error"] == 0))
+    hostile = [
+        ["a", "list"], 7, None,
+        {**ok, "costs": 5}, {**ok, "costs": None}, {**ok, "costs": [5e-324]},
+        {**ok, "costs": [float("nan")]}, {**ok, "build_time": float("nan")},
+        {**ok, "run_time": float("inf")}, {**ok, "run_time": -1.0},
+        {**ok, "config_index": float("inf")}, {**ok, "config_index": 10**400},
+        {**ok, "workload_key": ["matmul:1024,1024,1024"]}, {**ok, "error": [0]},
+    ]
+    path = tmp_path / "hostile.jsonl"
+    lines = [json.dumps(r, allow_nan=True) for r in good + hostile]
+    path.write_text("\n".join(lines) + "\n")
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        data = Dataset.load(path)
+    assert len(data) == len(good)
+    said = " ".join(str(c.message) for c in caught)
+    assert "skipped 5 malformed rows" in said and "not an object" in said
+    assert "non-finite or negative build or run time" in said and "finite GFLOP/s" in said
+    assert all(math.isfinite(r.gflops) and math.isfinite(r.build_time) for r in data.records)
+    (tmp_path / "bad.jsonl").write_bytes(b'{"a": 1}\n\xff\xfe\n')
+    with pytest.raises(DatasetError, match="bad.jsonl:2: not a JSON line"):
+        Dataset.load(tmp_path / "bad.jsonl")
+    (tmp_path / "deep.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(DatasetError, match="deep.jsonl:1: not a JSON line"):
+        Dataset.load(tmp_path / "deep.jsonl")
+    (tmp_path / "other.jsonl").write_text('{"name": "x"}\n')
+    with pytest.raises(DatasetError, match="none of a dataset's columns"):
+        Dataset.load(tmp_path / "other.jsonl")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections import Counter
 from functools import cached_property
 from pathlib import Path
@@ -59,11 +60,22 @@ class Dataset:
             finally:
                 db.close()
             return cls(recs, path, names)
+        values, bad = [], []
+        for n, r in enumerate(rows, 1):
+            v = _row_values(r, path)
+            if isinstance(v, str):
+                bad.append(f"row {n}: {v}")
+            else:
+                values.append(v)
+        if bad:
+            warnings.warn(f"dataset {path}: skipped {len(bad)} malformed rows "
+                          f"({'; '.join(bad[:3])}{'; ...' if len(bad) > 3 else ''})", stacklevel=2)
         names = {r["workload_key"]: r.get("workload_name") for r in rows
-                 if r.get("workload_name")}
+                 if isinstance(r, dict) and isinstance(r.get("workload_key"), str)
+                 and isinstance(r.get("workload_name"), str) and r.get("workload_name")}
         checker = Records(":memory:")
         try:
-            recs = checker.check(_row_values(r, path) for r in rows)
+            recs = checker.check(values)
         finally:
             checker.close()
         return cls(recs, path, names)
@@ -191,26 +203,39 @@ def _strategy(r: Record) -> str:
         return "unknown"
 
 
-def _row_values(row: dict, path: str) -> tuple:
-    try:
-        values = [row[c] for c in COLUMNS]
-    except KeyError as e:
-        raise DatasetError(f"{path}: a row lacks column {e.args[0]!r}; is this a tensorgym "
-                           "dataset export?") from None
+def _row_values(row: Any, path: str) -> "tuple | str":
+    """A row's values in ``COLUMNS`` order, or why the row is malformed (a row of another
+    file's columns altogether is an error of the file)."""
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, not an object"
+    missing = [c for c in COLUMNS if c not in row]
+    if len(missing) == len(COLUMNS):
+        raise DatasetError(f"{path}: a row has none of a dataset's columns; is this a "
+                           "tensorgym dataset export?")
+    if missing:
+        return f"no column {missing[0]!r}"
+    values = [row[c] for c in COLUMNS]
     i = COLUMNS.index("costs")
-    values[i] = json.dumps(list(values[i]))
+    if not isinstance(values[i], (list, tuple)):
+        return f"costs is a {type(values[i]).__name__}, not a list"
+    try:
+        values[i] = json.dumps(list(values[i]))
+    except (TypeError, ValueError) as e:
+        return f"costs: {e}"
     return tuple(values)
 
 
-def _read_jsonl(path: str) -> list[dict]:
+def _read_jsonl(path: str) -> list[Any]:
+    """The rows of a JSON-lines file; a line that is not JSON (or not UTF-8, or nested past
+    Python's limit) is an error naming it."""
     rows = []
-    with open(path) as f:
+    with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise DatasetError(f"{path}:{n}: not JSON: {e}") from None
+                    rows.append(json.loads(line.decode("utf-8")))
+                except (ValueError, RecursionError) as e:
+                    raise DatasetError(f"{path}:{n}: not a JSON line: {e}"[:500]) from None
     return rows
 
 
