@@ -246,16 +246,34 @@ class Records:
 
     def restore(self, side_file: "str | os.PathLike") -> int:
         """Write the batches of a side file (``<db>.unsaved-<pid>.jsonl``) into this database;
-        returns the number of records. Delete the file afterwards."""
+        returns the number of records. Delete the file afterwards. A damaged line (a write
+        cut short by a full disk, say) is left out, said in a warning, and kept aside in
+        ``<side file>.damaged``: the good lines are restored all the same."""
         cols = _COLUMNS.split(", ")
         batches: dict[tuple, list[tuple]] = {}
-        for line in Path(side_file).read_text().splitlines():
-            if line.strip():
-                e = json.loads(line)
+        damaged: list[tuple[int, bytes]] = []
+        with self._errors(f"read {side_file}"):
+            data = Path(side_file).read_bytes()
+        for n, line in enumerate(data.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line.decode("utf-8"))
                 w = e["workload"]
-                batches.setdefault((w["workload_key"], w["op"], w["params"], w["name"]),
-                                   []).append(tuple(e["row"].get(c, "") if c == "options"
-                                                    else e["row"][c] for c in cols))
+                key = (w["workload_key"], w["op"], w["params"], w["name"])
+                row = tuple(e["row"].get(c, "") if c == "options" else e["row"][c] for c in cols)
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+                damaged.append((n, line))
+                continue
+            batches.setdefault(key, []).append(row)
+        if damaged:
+            aside = f"{side_file}.damaged"
+            with self._errors(f"keep the damaged lines of {side_file} aside"):
+                with open(aside, "ab") as f:
+                    f.write(b"".join(line + b"\n" for _, line in damaged))
+            warnings.warn(f"side file {side_file}: {len(damaged)} damaged line(s) left out "
+                          f"(first at line {damaged[0][0]}), kept in {aside}; the other "
+                          "lines are restored", stacklevel=2)
         with self._errors(f"restore {side_file}"):
             self._write(lambda db: self._insert(db, batches))
         return sum(map(len, batches.values()))

@@ -284,3 +284,24 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path, capsy
         assert "not a tensorgym records database (its tables: users)" in capsys.readouterr().err
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other_app.sqlite"]  # no -wal, -shm
+
+
+def test_a_truncated_side_file_restores_its_good_lines_and_keeps_the_rest_aside(tmp_path):
+    """A side file cut short (a disk-full write) used to make every later tune fail with an
+    unexpected JSONDecodeError: its good lines go in, the damaged one is kept aside, said once."""
+    path = tmp_path / "r.db"
+    db = Records(path, timeout=0.05, retry_delays=(0.0, 0.0))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(RecordsError) as e:
+        db.add_many(T, _batch())
+    other.execute("ROLLBACK")
+    other.close()
+    side = e.value.saved_to
+    text = open(side).read()
+    open(side, "w").write(text[:-40])  # the last line cut short
+    with pytest.warns(UserWarning, match=r"1 damaged line\(s\) left out \(first at line 8\)"):
+        done = db.restore_unsaved()
+    assert done == [(side, 7)] and len(db) == 7 and not os.path.exists(side)
+    assert open(f"{side}.damaged").read() == text[:-40].splitlines()[-1] + "\n"
+    assert db.restore_unsaved() == []  # the database stays usable: nothing left to restore
