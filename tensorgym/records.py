@@ -386,9 +386,16 @@ class Records:
     def import_records(self, records: Iterable[Record],
                        names: Optional[dict[str, str]] = None) -> int:
         """Write ``records`` (e.g. of a dataset export) as they are, in one transaction; their
-        workloads are registered from their keys (``names``: key -> name). Returns how many."""
+        workloads are registered from their keys (``names``: key -> name). A record the
+        database holds already (same task, config, samples and time) is not written twice.
+        Returns how many were written."""
         batches: dict[tuple, list[tuple]] = {}
+        held = set(self._read("SELECT workload_key, target, device, config_json, costs, "
+                              "timestamp FROM records"))
         for r in records:
+            if (r.workload_key, r.target, r.device, r.config_json, json.dumps(list(r.costs)),
+                    r.timestamp) in held:
+                continue
             w = get_workload(r.workload_key)
             wl = (w.key, w.op, json.dumps(w.params), (names or {}).get(w.key, w.name))
             batches.setdefault(wl, []).append(

@@ -164,7 +164,9 @@ def test_a_database_without_the_options_column_reads_and_migrates(db, tmp_path):
     recs = Records(old)
     (read,) = recs.query()
     assert read == replace(r, options="")
-    recs.import_records([r])  # the first write adds the column
+    assert recs.import_records([r]) == 0  # held already (the same measurement): not twice
+    later = replace(r, timestamp=r.timestamp + 1)
+    assert recs.import_records([later]) == 1  # the first write adds the column
     assert [x.options for x in recs.query()] == ["", r.options]
 
 
@@ -250,3 +252,16 @@ def test_hostile_rows_are_skipped_with_a_warning_and_the_good_rows_still_load(tm
     (tmp_path / "other.jsonl").write_text('{"name": "x"}\n')
     with pytest.raises(DatasetError, match="none of a dataset's columns"):
         Dataset.load(tmp_path / "other.jsonl")
+
+
+def test_import_writes_each_record_once(db, tmp_path, capsys):
+    """`dataset import A --db A` doubled every record; an import now skips what is held."""
+    copy = tmp_path / "copy.db"
+    out = tmp_path / "x.jsonl"
+    assert main(["dataset", "export", "--db", str(db), "--out", str(out)]) == 0
+    assert main(["dataset", "import", str(out), "--db", str(copy)]) == 0
+    assert "7 records of" in capsys.readouterr().out
+    for source in (out, copy):
+        assert main(["dataset", "import", str(source), "--db", str(copy)]) == 0
+        assert "0 records of" in capsys.readouterr().out
+    assert len(Dataset.load(copy)) == 7 and Dataset.load(copy).digest == Dataset.load(db).digest

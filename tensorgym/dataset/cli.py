@@ -52,7 +52,9 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     if args.action == "import":
         data = Dataset.load(args.source)
         n = data.to_records(args.db)
-        print(f"{n} records of {args.source} written to {args.db} (digest {data.digest[:16]})")
+        held = f", {len(data) - n} held there already" if n < len(data) else ""
+        print(f"{n} records of {args.source} written to {args.db}{held} "
+              f"(digest {data.digest[:16]})")
         return 0
     summary = Dataset.load(args.path).summary()
     if args.json:
