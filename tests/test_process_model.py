@@ -248,3 +248,31 @@ def test_an_env_owns_its_feature_helpers_and_close_stops_them():
     assert helpers
     env.close()
     assert not survivors(set(helpers), within=5.0)
+
+
+def test_device_locks_are_the_machines_not_each_cache_dirs(tmp_path):
+    """Two processes with different cache dirs (two users, a container) used to lock different
+    files and time kernels at the same moment: the lock directory is one per machine."""
+    code = "from tensorgym.processes.host import DeviceLock; print(DeviceLock('host').path)"
+    paths = set()
+    for cache in ("a", "b"):
+        env = {k: v for k, v in os.environ.items() if k != "TENSORGYM_LOCK_DIR"}
+        env["XDG_CACHE_HOME"] = str(tmp_path / cache)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        paths.add(out.stdout.strip())
+    assert len(paths) == 1 and not paths.pop().startswith(str(tmp_path))
+
+
+def test_the_lock_directory_can_be_named_and_a_link_is_refused(tmp_path, monkeypatch):
+    from tensorgym.errors import TensorGymError
+    from tensorgym.processes.host import lock_dir
+
+    monkeypatch.setenv("TENSORGYM_LOCK_DIR", str(tmp_path / "locks"))
+    assert DeviceLock("host").path.parent == tmp_path / "locks" == lock_dir()
+    assert oct(os.stat(tmp_path / "locks").st_mode & 0o7777) == oct(0o1777)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("TENSORGYM_LOCK_DIR", str(tmp_path / "link"))
+    with pytest.raises(TensorGymError, match="is not a directory"):
+        lock_dir()
