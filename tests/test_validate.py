@@ -223,3 +223,21 @@ def test_a_validation_applies_only_to_the_content_it_checked(capsys, genuine, tm
 def test_not_a_validation_report(capsys, genuine):
     code, out = cli(capsys, "leaderboard", "show", genuine[0], "--validation", genuine[0])
     assert code == 1 and "malformed validation report" in out
+
+
+def test_a_results_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path, monkeypatch,
+                                                                          capsys):
+    """A 10^6-trial results file (452 MB) took 213 s and 4.9 GB to show: past MAX_FILE_BYTES a
+    results file or report is one line of error, read no further."""
+    from tensorgym.cli import main
+    from tensorgym.leaderboard import results
+
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    assert main(["leaderboard", "show", str(tmp_path / "deep.json")]) == 1
+    assert "is not JSON" in capsys.readouterr().err
+    big = tmp_path / "big.json"
+    big.write_text('{"schema": "x", "runs": []}' + " " * 2000)
+    monkeypatch.setattr(results.read_bounded, "__defaults__", (1000,))
+    for argv in (["leaderboard", "show", str(big)], ["validate", str(big)]):
+        assert main(argv) == 1
+        assert "is 2,027 bytes, over the 1,000 bytes a results file" in capsys.readouterr().err

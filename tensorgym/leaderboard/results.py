@@ -169,6 +169,23 @@ class Run:
         return None
 
 
+#: the largest results file or validation report read (a 10^6-trial file is ~450 MB and took
+#: 5 GB of memory to read whole): split a bigger one by run
+MAX_FILE_BYTES = 256 * 2**20
+
+
+def read_bounded(path: "str | Path", limit: int = MAX_FILE_BYTES) -> str:
+    """The text of ``path``, refused with a ``ResultsError`` past ``limit`` bytes."""
+    size = Path(path).stat().st_size
+    if size > limit:
+        def amount(n: int) -> str:
+            return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+        raise ResultsError(f"{path} is {amount(size)}, over the {amount(limit)} a results file "
+                           "or report may be: split it by run (one file each)")
+    return Path(path).read_text(encoding="utf-8", errors="strict")
+
+
 @dataclass
 class ResultsDoc:
     runs: list[Run] = field(default_factory=list)
@@ -209,11 +226,11 @@ class ResultsDoc:
     def load(cls, path: "str | Path",
              malformed: "list[Malformed] | None" = None) -> "ResultsDoc":
         try:
-            obj = json.loads(Path(path).read_text())
+            obj = json.loads(read_bounded(path))
         except OSError as e:
             raise ResultsError(f"cannot read {path}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise ResultsError(f"{path} is not JSON: {e}") from None
+        except (ValueError, RecursionError) as e:
+            raise ResultsError(f"{path} is not JSON: {e}"[:500]) from None
         try:
             return cls.from_json(obj, malformed)
         except ResultsError as e:

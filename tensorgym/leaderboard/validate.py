@@ -37,7 +37,7 @@ from tensorgym.workloads import Workload, get_workload
 
 from .harness import device_info, gflops_of, remeasure, runtime_options
 from .results import (Entry, Malformed, ResultsDoc, ResultsError, Run, entry_digest,
-                      utc_now)
+                      read_bounded, utc_now)
 from .tables import device_name
 
 REPORT_SCHEMA = "tensorgym-validation"
@@ -259,14 +259,14 @@ def load_verdicts(paths: Iterable["str | Path"]) -> dict[str, Check]:
     out: dict[str, Check] = {}
     for p in paths:
         try:
-            obj = json.loads(Path(p).read_text())
+            obj = json.loads(read_bounded(p))
             if not isinstance(obj, dict) or obj.get("schema") != REPORT_SCHEMA:
                 raise ValueError(f"not a {REPORT_SCHEMA} report")
             checks = [Check(**c) for c in obj["checks"]]
         except OSError as e:
             raise ResultsError(f"cannot read {p}: {e.strerror or e}") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise ResultsError(f"{p}: malformed validation report: {e}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            raise ResultsError(f"{p}: malformed validation report: {e}"[:500]) from None
         for c in checks:
             if c.digest and (c.digest not in out or c.status in REJECTED):
                 out[c.digest] = c
