@@ -148,10 +148,13 @@ class TestLocalRay:
         entries = {e.seed: e for _, e in ResultsDoc.load(first).entries()}
         assert sorted(entries) == [0, 1] and not Path(f"{first}.partial.jsonl").exists()
         # a run that failed after seed 0 left it in its journal: the rerun runs only seed 1
+        # and a line cut short by a kill mid-write: that run is run again, the rest resumes
         Path(f"{second}.partial.jsonl").write_text(
-            json.dumps(_clean(dataclasses.asdict(entries[0]))) + "\n")
+            json.dumps(_clean(dataclasses.asdict(entries[0]))) + "\n" + '{"agent": "ran')
         assert main([*argv, "--out", str(second)]) == 0
-        assert "resuming: 1 of 2 runs done earlier" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "resuming: 1 of 2 runs done earlier" in err
+        assert "1 damaged line(s) (first at line 2): those runs are run again" in err
         again = {e.seed: e for _, e in ResultsDoc.load(second).entries()}
         assert again[0].trials == entries[0].trials and len(again[1].trials) == 2
         assert again[1].best is not None and again[1].best.gflops > 0

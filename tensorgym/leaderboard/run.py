@@ -22,7 +22,7 @@ from tensorgym.workloads import get_workload
 from .compare import remeasure as side_by_side
 from .peak import device_peak_gflops
 from .harness import device_info, device_threads, runtime_options, software_versions
-from .results import Best, Entry, ResultsDoc, Run, Trial, VendorResult, utc_now
+from .results import Best, Entry, ResultsDoc, ResultsError, Run, Trial, VendorResult, utc_now
 from .suites import Suite
 
 Progress = Callable[[str], None]
@@ -203,9 +203,17 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
     journal = Path(options.journal) if options.journal else None
     done: dict[tuple, Entry] = {}
     if journal is not None and journal.exists():
-        for line in journal.read_text().splitlines():
-            e = _build(Entry, json.loads(line), str(journal))
+        damaged = []
+        for n, line in enumerate(journal.read_bytes().splitlines(), 1):
+            try:  # a line cut short (a kill mid-write) is run again, not fatal to the rest
+                e = _build(Entry, json.loads(line.decode("utf-8")), f"{journal}:{n}")
+            except (ValueError, ResultsError, RecursionError):
+                damaged.append(n)
+                continue
             done[(e.agent, e.workload, e.target, e.seed, e.budget)] = e
+        if damaged:
+            say(f"{journal}: {len(damaged)} damaged line(s) (first at line {damaged[0]}): "
+                "those runs are run again")
         say(f"resuming: {len(done)} of {len(calls)} runs done earlier ({journal})")
     todo = [c for c in calls if c not in done]
 
