@@ -299,3 +299,28 @@ def test_measurer_slowdown_compares_calibrations_since_a_mark_with_those_before(
         assert m.slowdown(mark) == pytest.approx(1.6 / 0.95)
     finally:
         m.close()
+
+
+def test_a_live_steps_observation_comes_from_the_program_its_builder_lowered(monkeypatch):
+    """The observation of a config just measured is the row of the program the builder process
+    lowered: nothing is lowered again in the env's process, and the row is the featurizer's."""
+    import numpy as np
+
+    import tensorgym.features as features
+    from tensorgym.features import Featurizer
+    from tensorgym.measure import MeasureOptions
+
+    env = gym.make("TensorSched-v0", workload="matmul:32,32,32", target="cpu", records=False,
+                   measure_options=MeasureOptions(repeat=1, min_repeat_ms=1), budget=4)
+    env.reset(seed=0)
+    config = env.unwrapped.space.sample(np.random.default_rng(3), 1)[0]
+    lowered = []
+    real = features.lower
+    monkeypatch.setattr(features, "lower", lambda *a: lowered.append(a) or real(*a))
+    obs = env.step(np.array(config.choices))[0]
+    assert lowered == []  # the builder's program served the observation
+    monkeypatch.setattr(features, "lower", real)
+    with Featurizer() as f:
+        expected = f.featurize(env.unwrapped.workload, [config], "relation", fast=False)[0]
+    np.testing.assert_array_equal(obs, expected)
+    env.close()

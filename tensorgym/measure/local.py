@@ -26,7 +26,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any, Iterator, Optional, Sequence
 
+import numpy as np
+
 from ..errors import ErrorCode, LoweringBugWarning
+from ..features import extract
 from ..hardware.target import get_target
 from ..loopast import Program
 from ..processes.child import Child, ChildDied, ChildError, ChildPool, ChildTimeout
@@ -35,8 +38,8 @@ from ..processes.zygote import Zygote
 from ..processes.zygote import supported as zygote_supported
 from ..space import Config
 from ..workloads import Workload
-from .base import (MeasureOptions, MeasurerDefaults, confirm_options, confirmed, stop_bound,
-                   with_stop)
+from .base import (Features, MeasureOptions, MeasurerDefaults, confirm_options, confirmed,
+                   stop_bound, with_stop)
 from .build import Builder, compile_error
 from .drift import DriftMonitor, calibration_config, calibration_workload
 from .result import BuildResult, MeasureResult, RunResult
@@ -170,6 +173,15 @@ class LocalMeasurer(MeasurerDefaults):
             b = self.build_all("build", [(workload, result.config)])[0]
         again = self.time_builds(workload, [result.config], [b], confirm_options(self.options))[0]
         return confirmed(result, again)
+
+    def features(self, workload: Workload, configs: Sequence[Config], mode: str,
+                 compute: Features) -> np.ndarray:
+        """The row of a config this measurer just built, from the program its builder lowered
+        (an env step's observation needs no second lowering); other calls ``compute``."""
+        b = self._recent.get(_build_key(workload, configs[0])) if len(configs) == 1 else None
+        if b is None or b.program is None or mode not in ("relation", "context"):
+            return compute(list(configs))
+        return extract(b.program, mode)[None, :]
 
     def _keep(self, workload: Workload, configs: Sequence[Config],
               builds: Sequence[BuildResult]) -> None:
