@@ -94,7 +94,7 @@ def assert_cli_ok(argv: list[str]) -> str:
     """``main(argv)`` exits 0 or 1, with at most one ``error:`` line and never "unexpected"."""
     rc, out, err = cli(argv)
     assert rc in (0, 1), (rc, err)
-    assert "unexpected" not in err, err
+    assert "error: unexpected" not in err, err
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(errors) <= 1, err
     if rc == 1 and argv[0] == "leaderboard":
