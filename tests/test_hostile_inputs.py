@@ -11,6 +11,7 @@ import copy
 import io
 import json
 import math
+import os
 import warnings
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -35,7 +36,9 @@ ENV_ID = "TensorSched-matmul-1024-cpu"
 WORKLOAD = "matmul:1024,1024,1024"
 DEVICE = "cpu/znver4/AMD EPYC/2t"
 FOREIGN = "cpu/nosuchcpu/Hostile Test CPU/2t"  # results of another device: validate skips them
-FUZZ = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+# TENSORGYM_FUZZ_EXAMPLES=500 explores further (CI: 25 per test, reproducible)
+FUZZ = settings(max_examples=int(os.environ.get("TENSORGYM_FUZZ_EXAMPLES", "25")), deadline=None,
+                derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
@@ -293,6 +296,8 @@ ENTRY_MUTATIONS: dict[str, Callable[[dict], None]] = {
     "budget -5": lambda d: _entry(d).__setitem__("budget", -5),
     "runtimes Infinity": lambda d: _entry(d)["trials"][0].__setitem__("runtimes", [math.inf]),
     "runtimes 5e-324": lambda d: _entry(d)["trials"][0].__setitem__("runtimes", [5e-324]),
+    "compile_time 400 digits": lambda d: _entry(d)["trials"][0].__setitem__(
+        "compile_time", 10**400),
     "gflops 1e308": lambda d: _entry(d)["trials"][0].__setitem__("gflops", 1e308),
     "best trial 2**70": lambda d: _entry(d)["best"] and _entry(d)["best"].__setitem__(
         "trial", 2**70),
@@ -352,6 +357,7 @@ REPORT_MUTATIONS: dict[str, Callable[[dict], None]] = {
     "checks a dict": lambda r: r.__setitem__("checks", {"a": 1}),
     "unknown field": lambda r: r["checks"][0].__setitem__("hostile", 1),
     "claimed Infinity": lambda r: r["checks"][0].__setitem__("claimed_gflops", math.inf),
+    "claimed 400 digits": lambda r: r["checks"][0].__setitem__("claimed_gflops", 10**400),
 }
 
 

@@ -353,7 +353,11 @@ def _typed(value: Any, tp: Any, where: str) -> Any:
     if tp is float and value is None:
         return math.nan  # _clean wrote a non-finite float as null
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of 400 digits
+            raise ResultsError(f"{where}: an integer of {value.bit_length()} bits, too large "
+                               "for a float") from None
     if tp in (int, str, bool) and isinstance(value, tp) and not (
             tp is int and isinstance(value, bool)):
         return value

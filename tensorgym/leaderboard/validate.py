@@ -315,7 +315,10 @@ def _check_of(obj: Any, where: str) -> Check:
             raise ResultsError(f"{where}.{f.name}: expected "
                                f"{'a number' if f.name in kinds else 'a string'}, got "
                                f"{type(v).__name__}")
-        kwargs[f.name] = float(v) if f.name.endswith("_gflops") else v
+        try:
+            kwargs[f.name] = float(v) if f.name.endswith("_gflops") else v
+        except OverflowError:  # a 400-digit integer
+            raise ResultsError(f"{where}.{f.name}: a number too large") from None
     return Check(**kwargs)
 
 
