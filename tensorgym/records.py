@@ -454,16 +454,19 @@ class Records:
             error = ErrorCode(err)
         except (ValueError, TypeError):
             return f"unknown error code {repr(err)[:40]}"
+        field = "costs"  # the field a malformed value is in, for the warning
         try:
             costs = tuple(float(c) for c in json.loads(costs))
+            field = "config_index"
             if isinstance(index, float) and not index.is_integer() or not (
                     -2**63 <= int(index) < 2**63):  # SQLite's integers
                 raise ValueError(index)
+            field = "build_time, run_time or timestamp"
             rec = Record(wk, target, device, space, int(index), cfg, costs, error,
                          str(msg or ""), 0.0, float(bt), float(rt), float(ts),
                          opts if isinstance(opts, str) else "")
         except (ValueError, TypeError, OverflowError, RecursionError):
-            return "malformed values"
+            return f"malformed values ({field})"
         if not all(math.isfinite(t) and t >= 0 for t in (rec.build_time, rec.run_time)):
             return "a non-finite or negative build or run time"
         flops = self._workload_flops(wk)

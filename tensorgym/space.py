@@ -56,7 +56,11 @@ class Knob:
         return len(self.options)
 
     def index_of(self, value: Any) -> int:
-        v = _canonical(value)
+        try:
+            v = _canonical(value)
+        except (TypeError, ValueError, RecursionError):  # a value read from a file
+            raise InvalidConfigError(f"{value!r:.80} is not an option of knob {self.name}") \
+                from None
         for i, o in enumerate(self.options):
             if o == v:
                 return i
@@ -257,8 +261,11 @@ class ConfigSpace:
         try:
             obj = json.loads(text) if isinstance(text, str) else text
             values = obj["knobs"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise InvalidConfigError(f"malformed config JSON: {e}") from None
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
+            raise InvalidConfigError(f"malformed config JSON: {str(e)[:200]}") from None
+        if not isinstance(values, dict):  # a config read from a file: knobs a list, an int...
+            raise InvalidConfigError(f"malformed config JSON: knobs is a "
+                                     f"{type(values).__name__}, not an object")
         if obj.get("space", self.name) != self.name:
             raise InvalidConfigError(f"config of space {obj['space']!r}, not {self.name!r}")
         return self.from_values(values)

@@ -260,8 +260,12 @@ def get_workload(spec: "str | Workload", *, max_bytes: Optional[int] = None) -> 
         parts = rest.split(",")
         if len(parts) != len(names) or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
             raise UnknownWorkloadError(
-                f"cannot build {op} from {rest!r}: expected {len(names)} non-negative integers, "
-                f"{op}:{','.join(names)}")
+                f"cannot build {op} from {rest!r:.80}: expected {len(names)} non-negative "
+                f"integers, {op}:{','.join(names)}")
+        if any(len(p) > 30 for p in parts):  # e.g. a key read from a file: 5,000 digits
+            raise UnknownWorkloadError(
+                f"cannot build {op} from {rest!r:.80}: a size of "
+                f"{max(map(len, parts))} digits is no tensor's")
         try:
             return Workload(op, tuple(int(p) for p in parts), max_bytes=max_bytes)
         except WorkloadTooLargeError:

@@ -240,11 +240,16 @@ def test_hostile_rows_are_skipped_with_a_warning_and_the_good_rows_still_load(tm
         data = Dataset.load(path)
     assert len(data) == len(good)
     said = " ".join(str(c.message) for c in caught)
-    assert "skipped 5 malformed rows" in said and "not an object" in said
+    assert "skipped 14 malformed rows" in said and "not an object" in said
     assert "non-finite or negative build or run time" in said and "finite GFLOP/s" in said
     assert all(math.isfinite(r.gflops) and math.isfinite(r.build_time) for r in data.records)
-    (tmp_path / "bad.jsonl").write_bytes(b'{"a": 1}\n\xff\xfe\n')
-    with pytest.raises(DatasetError, match="bad.jsonl:2: not a JSON line"):
+    # a damaged line (bad UTF-8) is skipped, naming the file and line; the others load
+    (tmp_path / "bad.jsonl").write_bytes(lines[0].encode() + b"\n\xff\xfe\n")
+    with pytest.warns(UserWarning, match=r"bad\.jsonl: skipped 1 malformed rows \(line 2: "
+                      "not a JSON line"):
+        assert len(Dataset.load(tmp_path / "bad.jsonl")) == 1
+    (tmp_path / "bad.jsonl").write_bytes(b"\xff\xfe\n")  # no JSON line at all: an error
+    with pytest.raises(DatasetError, match="bad.jsonl:1: not a JSON line"):
         Dataset.load(tmp_path / "bad.jsonl")
     (tmp_path / "deep.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n")
     with pytest.raises(DatasetError, match="deep.jsonl:1: not a JSON line"):

@@ -48,10 +48,11 @@ class Dataset:
             raise DatasetError(f"no dataset at {path}: give a records database (tensorgym dataset "
                                "collect --db PATH) or an export (.parquet, .jsonl)")
         suffix = Path(path).suffix.lower()
+        bad: list[tuple[str, str]] = []  # (line or row, why it is skipped)
         if suffix == ".parquet":
-            rows = _read_parquet(path)
+            numbered = list(enumerate(_read_parquet(path), 1))
         elif suffix == ".jsonl":
-            rows = _read_jsonl(path)
+            numbered = _read_jsonl(path, bad)
         else:
             db = Records(path)
             try:
@@ -60,24 +61,25 @@ class Dataset:
             finally:
                 db.close()
             return cls(recs, path, names)
-        values, bad = [], []
-        for n, r in enumerate(rows, 1):
-            v = _row_values(r, path)
-            if isinstance(v, str):
-                bad.append(f"row {n}: {v}")
-            else:
-                values.append(v)
+        rows = [r for _, r in numbered]
+        unit = "line" if suffix == ".jsonl" else "row"
+        recs: list[Record] = []
+        checker = Records(":memory:")  # checks each row as a database's (finite times, ...)
+        try:
+            for n, r in numbered:
+                v = _row_values(r, path)
+                rec = checker._record(v) if not isinstance(v, str) else v
+                if isinstance(rec, str):
+                    bad.append((f"{unit} {n}", rec))
+                else:
+                    recs.append(rec)
+        finally:
+            checker.close()
         if bad:
-            warnings.warn(f"dataset {path}: skipped {len(bad)} malformed rows "
-                          f"({'; '.join(bad[:3])}{'; ...' if len(bad) > 3 else ''})", stacklevel=2)
+            warnings.warn(f"dataset {path}: {_skipped(bad)}", stacklevel=2)
         names = {r["workload_key"]: r.get("workload_name") for r in rows
                  if isinstance(r, dict) and isinstance(r.get("workload_key"), str)
                  and isinstance(r.get("workload_name"), str) and r.get("workload_name")}
-        checker = Records(":memory:")
-        try:
-            recs = checker.check(values)
-        finally:
-            checker.close()
         return cls(recs, path, names)
 
     def __reduce__(self):
@@ -196,6 +198,16 @@ class Dataset:
                 "devices": self.devices(), "tasks": tasks}
 
 
+def _skipped(bad: list[tuple[str, str]], n: int = 3) -> str:
+    """What a warning says of the rows skipped: the first ``n`` with where they are, and how
+    many more for each reason."""
+    said = "; ".join(f"{where}: {why}" for where, why in bad[:n])
+    more = Counter(why for _, why in bad[n:])
+    if more:
+        said += "; and " + ", ".join(f"{k} more with {why}" for why, k in sorted(more.items()))
+    return f"skipped {len(bad)} malformed rows ({said})"
+
+
 def _strategy(r: Record) -> str:
     try:
         return json.loads(r.options).get("collect", {}).get("strategy", "") or "unknown"
@@ -225,17 +237,22 @@ def _row_values(row: Any, path: str) -> "tuple | str":
     return tuple(values)
 
 
-def _read_jsonl(path: str) -> list[Any]:
-    """The rows of a JSON-lines file; a line that is not JSON (or not UTF-8, or nested past
-    Python's limit) is an error naming it."""
-    rows = []
+def _read_jsonl(path: str, bad: list[tuple[str, str]]) -> list[tuple[int, Any]]:
+    """The rows of a JSON-lines file with their line numbers. A line that is not JSON (or not
+    UTF-8, or nested past Python's limit) is left out and said in ``bad``; a file with no JSON
+    line at all is an error of the file."""
+    rows: list[tuple[int, Any]] = []
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line.decode("utf-8")))
+                    rows.append((n, json.loads(line.decode("utf-8"))))
                 except (ValueError, RecursionError) as e:
-                    raise DatasetError(f"{path}:{n}: not a JSON line: {e}"[:500]) from None
+                    bad.append((f"line {n}", f"not a JSON line: {str(e)[:120]}"))
+    if bad and not rows:
+        (where, why), = bad[:1]
+        raise DatasetError(f"{path}:{where[5:]}: {why}; no line of the file is JSON: is it a "
+                           "tensorgym dataset export?")
     return rows
 
 

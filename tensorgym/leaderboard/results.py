@@ -353,7 +353,11 @@ def _typed(value: Any, tp: Any, where: str) -> Any:
     if tp is float and value is None:
         return math.nan  # _clean wrote a non-finite float as null
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of 400 digits
+            raise ResultsError(f"{where}: an integer of {value.bit_length()} bits, too large "
+                               "for a float") from None
     if tp in (int, str, bool) and isinstance(value, tp) and not (
             tp is int and isinstance(value, bool)):
         return value
@@ -378,7 +382,26 @@ def _build(cls: Any, obj: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
     return cls(**kwargs)
 
 
+#: the deepest nesting of a run's or an entry's values read (their dicts and lists): deeper
+#: ones are malformed (a results file never nests past a few levels; Python's own limit is 1000)
+MAX_DEPTH = 32
+
+
+def _too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``obj`` nests dicts and lists deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(obj, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d >= limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
 def _run_from_json(r: Any, where: str, malformed: "list[Malformed] | None") -> Run:
+    if isinstance(r, dict) and _too_deep({k: v for k, v in r.items() if k != "entries"}):
+        raise ResultsError(f"{where}: nested deeper than {MAX_DEPTH} levels")
     run = _build(Run, r, where, skip=("entries",))
     if run.track not in TRACKS:
         raise ResultsError(f"{where}.track: {run.track!r} is not one of {', '.join(TRACKS)}")
@@ -389,6 +412,8 @@ def _run_from_json(r: Any, where: str, malformed: "list[Malformed] | None") -> R
         raise ResultsError(f"{where}.entries: expected a list")
     for i, e in enumerate(entries):
         try:
+            if _too_deep(e):
+                raise ResultsError(f"{where}.entries[{i}]: nested deeper than {MAX_DEPTH} levels")
             run.entries.append(_build(Entry, e, f"{where}.entries[{i}]"))
         except ResultsError as ex:
             if malformed is None:

@@ -26,7 +26,8 @@ import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+import warnings
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -96,7 +97,8 @@ def problems(e: Entry) -> list[str]:
         elif not _positive(t.runtimes):
             out.append(f"trial {i}: runtimes must be finite and > 0")
         elif not _close(t.gflops, derived := gflops_of(w, t.runtimes) if t.ok else 0.0):
-            out.append(f"trial {i}: {t.gflops:.4g} GFLOP/s, its runtimes give {derived:.4g}")
+            out.append(f"trial {i}: {t.gflops:.4g} GFLOP/s, its runtimes give "
+                       f"{_figure(derived)}")
     return out + _best_problems(e, w)
 
 
@@ -122,8 +124,13 @@ def _best_problems(e: Entry, w: Workload) -> list[str]:
     elif b.gflops != 0:  # 0: the harness could not re-measure it (claims nothing)
         derived = gflops_of(w, b.runtimes) if b.runtimes else b.gflops_search
         if not _close(b.gflops, derived):
-            out.append(f"best.gflops {b.gflops:.4g}, its runtimes give {derived:.4g}")
+            out.append(f"best.gflops {b.gflops:.4g}, its runtimes give {_figure(derived)}")
     return out
+
+
+def _figure(gflops: float) -> str:
+    """A GFLOP/s figure for a message: runtimes too short (5e-324 s) give no finite one."""
+    return f"{gflops:.4g}" if math.isfinite(gflops) else "no finite GFLOP/s (too short)"
 
 
 def _summary(ps: list[str], n: int = 3) -> str:
@@ -255,22 +262,64 @@ def save_report(checks: list[Check], path: "str | Path", **settings: Any) -> Pat
 
 
 def load_verdicts(paths: Iterable["str | Path"]) -> dict[str, Check]:
-    """digest -> verdict from validation reports; a rejection in any report wins over ok."""
+    """digest -> verdict from validation reports; a rejection in any report wins over ok. A
+    report that is not one is a ``ResultsError``; a malformed check in one (a field of the
+    wrong type, unknown or missing) is left out with a warning naming the report, the check
+    and the field."""
     out: dict[str, Check] = {}
     for p in paths:
         try:
             obj = json.loads(read_bounded(p))
             if not isinstance(obj, dict) or obj.get("schema") != REPORT_SCHEMA:
                 raise ValueError(f"not a {REPORT_SCHEMA} report")
-            checks = [Check(**c) for c in obj["checks"]]
+            if not isinstance(obj.get("checks"), list):
+                raise ValueError("'checks' is not a list")
         except OSError as e:
             raise ResultsError(f"cannot read {p}: {e.strerror or e}") from None
-        except (ValueError, KeyError, TypeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:
             raise ResultsError(f"{p}: malformed validation report: {e}"[:500]) from None
+        checks, bad = [], []
+        for i, c in enumerate(obj["checks"]):
+            try:
+                checks.append(_check_of(c, f"checks[{i}]"))
+            except ResultsError as e:
+                bad.append(str(e))
+        if bad:
+            warnings.warn(f"validation report {p}: left out {len(bad)} malformed check(s) "
+                          f"({'; '.join(bad[:3])}{'; ...' if len(bad) > 3 else ''})",
+                          stacklevel=2)
         for c in checks:
             if c.digest and (c.digest not in out or c.status in REJECTED):
                 out[c.digest] = c
     return out
+
+
+def _check_of(obj: Any, where: str) -> Check:
+    """A report's check, every field of its type (ints accepted for floats, ``seed`` an int or
+    a string), or a ``ResultsError`` naming the field."""
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{where}: expected an object, got {type(obj).__name__}")
+    names = [f.name for f in fields(Check)]
+    if unknown := sorted(set(obj) - set(names)):
+        raise ResultsError(f"{where}: unknown field(s) {', '.join(map(str, unknown))[:80]}")
+    kinds = {"seed": (int, str), "claimed_gflops": (int, float),
+             "measured_gflops": (int, float)}
+    kwargs = {}
+    for f in fields(Check):
+        if f.name not in obj:
+            if f.default is MISSING:
+                raise ResultsError(f"{where}: missing field {f.name!r}")
+            continue
+        v = obj[f.name]
+        if not isinstance(v, kinds.get(f.name, str)) or isinstance(v, bool):
+            raise ResultsError(f"{where}.{f.name}: expected "
+                               f"{'a number' if f.name in kinds else 'a string'}, got "
+                               f"{type(v).__name__}")
+        try:
+            kwargs[f.name] = float(v) if f.name.endswith("_gflops") else v
+        except OverflowError:  # a 400-digit integer
+            raise ResultsError(f"{where}.{f.name}: a number too large") from None
+    return Check(**kwargs)
 
 
 @dataclass
