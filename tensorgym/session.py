@@ -218,16 +218,15 @@ class TuningSession:
         """Features of ``configs`` in ``mode``; big batches are lowered on ``n_jobs`` processes
         (default: every core this process may use); ``loop_names`` adds the loop variable names
         to ``ast`` trees (vanilla TreeGRU). A replay's recorded configs' rows come with it."""
-        jobs = default_jobs() if n_jobs is None else n_jobs
+        def compute(cs: list[Config]):  # metered: rows a measurer answers itself are not
+            with self.meter.time("featurize"):
+                jobs = default_jobs() if n_jobs is None else n_jobs
+                return self.featurizer.featurize(self.workload, cs, mode, space=self.space,
+                                                 n_jobs=jobs, loop_names=loop_names)
 
-        def compute(cs: list[Config]):
-            return self.featurizer.featurize(self.workload, cs, mode, space=self.space,
-                                             n_jobs=jobs, loop_names=loop_names)
-
-        with self.meter.time("featurize"):
-            if loop_names or self._measurer is None:  # no measurer is started to featurize
-                return compute(list(configs))
-            return self._measurer.features(self.workload, configs, mode, compute)
+        if loop_names or self._measurer is None:  # no measurer is started to featurize
+            return compute(list(configs))
+        return self._measurer.features(self.workload, configs, mode, compute)
 
     def measure(self, configs: Sequence[Config]) -> list[MeasureResult]:
         """Build and time ``configs``; every config counts as a trial and goes to the records."""

@@ -56,8 +56,7 @@ def make_measurer(target: str, threads: int = 0, ray: "str | bool | None" = None
     """The measurer of a collection: ``threads`` CPU threads (0: all cores); ``ray``: None for
     this machine, else measure through Ray (``True``/"" for a local or default cluster, or its
     address)."""
-    return make_session_measurer(target, options=options, num_threads=threads,
-                                 ray=None if ray is False else ray)
+    return make_session_measurer(target, options=options, num_threads=threads, ray=ray)
 
 
 def collect(workloads: Sequence["str | Workload"], target: str = "cpu", n_configs: int = 100,

@@ -34,6 +34,7 @@ from ..errors import ErrorCode, InvalidConfigError, TensorGymError
 from ..features import Featurizer, default_jobs
 from ..hardware.target import get_target
 from ..measure import LocalMeasurer, MeasureOptions, MeasurerDefaults
+from ..measure.base import confirmed
 from ..measure.result import MeasureResult, spread
 from ..space import Config, ConfigSpace
 from ..task import Task
@@ -223,10 +224,8 @@ class ReplayMeasurer(MeasurerDefaults):
         p = task.index_of.get(result.config.index)
         if source != "recorded" or p is None:
             return replace(result, confirmed=True)
-        again = self._recorded(task, p, result.config, self.options.confirm_repeat)
-        return replace(again, build_time=result.build_time,
-                       run_time=result.run_time + again.run_time,
-                       confirmed=True, extra={**again.extra, "screened_costs": result.costs})
+        return confirmed(result, self._recorded(task, p, result.config,
+                                                self.options.confirm_repeat))
 
     def describe(self) -> dict:
         return {"target": self.target, "device": self.device, "replay": self.dataset.path,
