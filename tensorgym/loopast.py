@@ -41,9 +41,17 @@ class LoopVar(Node):
 
 @dataclass(frozen=True, eq=False)
 class BinOp(Node):
-    op: str  # + - * // % min max < <= >= == && (index ops) ; + - * (float ops)
+    op: str  # + - * // % min max < <= >= == && (index ops) ; + - * max min (float ops)
     a: "Expr"
     b: "Expr"
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Node):
+    """A float math function (``te.FUNCTIONS``: ``erf``) of float arguments."""
+
+    func: str
+    args: tuple["Expr", ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +100,7 @@ class ThreadIdx(Node):
     tag: str
 
 
-Expr = Union[IntImm, FloatImm, LoopVar, BinOp, Select, Load, ThreadIdx]
+Expr = Union[IntImm, FloatImm, LoopVar, BinOp, Select, Load, ThreadIdx, Call]
 
 # ---------------------------------------------------------------- statements
 
@@ -248,7 +256,7 @@ def seq(*stmts: "Stmt | None") -> Stmt:
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {
     For: ("body",), Seq: ("stmts",), Allocate: ("body",), If: ("cond", "then"),
     Store: ("indices", "value"), Load: ("indices",), BinOp: ("a", "b"),
-    Select: ("cond", "true_value", "false_value"),
+    Select: ("cond", "true_value", "false_value"), Call: ("args",),
 }
 
 
@@ -422,6 +430,12 @@ class ExprPrinter(Visitor[str]):
 
     def operator(self, op: str) -> str:
         return op
+
+    def visit_Call(self, e: Call) -> str:
+        return f"{self.function(e.func)}({', '.join(self.visit(a) for a in e.args)})"
+
+    def function(self, func: str) -> str:
+        return func
 
     def visit_Select(self, e: Select) -> str:
         return (f"select({self.visit(e.cond)}, {self.visit(e.true_value)}, "

@@ -77,9 +77,20 @@ class IterVar(Var):
 
 @dataclass(frozen=True, eq=False)
 class Binary(Expr):
-    op: str  # + - * // % < >= && max min
+    op: str  # + - * // % < >= && max min (max and min also of floats)
     a: Expr
     b: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    """A float math function of its arguments (``erf``: the GELU epilogue)."""
+
+    func: str
+    args: tuple[Expr, ...]
+
+
+FUNCTIONS = ("erf",)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,6 +124,20 @@ def as_expr(x: ExprLike) -> Expr:
     if isinstance(x, float):
         return Const(x, "float32")
     raise TypeError(f"cannot make an expression of {x!r}")
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    return Binary("max", as_expr(a), as_expr(b))
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    return Binary("min", as_expr(a), as_expr(b))
+
+
+def call(func: str, *args: ExprLike) -> Call:
+    if func not in FUNCTIONS:
+        raise ValueError(f"unknown function {func!r}; use one of {', '.join(FUNCTIONS)}")
+    return Call(func, tuple(as_expr(a) for a in args))
 
 
 def all_of(*conds: Expr) -> Expr:
@@ -224,6 +249,9 @@ def input_tensors(t: Tensor) -> list[Tensor]:
             visit(e.false_value)
         elif isinstance(e, Reduce):
             visit(e.body)
+        elif isinstance(e, Call):
+            for a in e.args:
+                visit(a)
 
     visit(t.op.body)
     return out

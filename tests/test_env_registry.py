@@ -9,6 +9,8 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import pytest
+
+from tensorgym.workloads import WORKLOADS
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
@@ -19,12 +21,15 @@ from tensorgym.measure import LocalMeasurer, MeasureOptions, Measurer
 from tensorgym.hardware.runtime import get_runtime
 from tensorgym.records import Records
 from tensorgym.templates import TARGETS
-from tensorgym.workloads import conv2d, matmul
+from tensorgym.workloads import batch_matmul, conv2d, dense, matmul
 
 ALL_IDS = sorted(i for i in gym.registry if i.startswith("TensorSched-"))
 FIXED_IDS = [i for i in ALL_IDS if i != "TensorSched-v0"]
 FAST = MeasureOptions(repeat=1, min_repeat_ms=0.1)
-TINY = {"matmul": matmul(8, 8, 8), "conv2d": conv2d(1, 4, 6, 6, 4, 3, 1, 1)}
+TINY = {"matmul": matmul(8, 8, 8), "conv2d": conv2d(1, 4, 6, 6, 4, 3, 1, 1),
+        "depthwise": conv2d(1, 8, 6, 6, 8, 3, 1, 1, groups=8, epilogue=("bias", "relu6")),
+        "dense": dense(5, 16, 8, epilogue=("bias", "gelu")),
+        "batch_matmul": batch_matmul(2, 8, 4, 8, epilogue=("add",))}
 V0_KWARGS = {"workload": "matmul:8,8,8", "target": "cpu"}  # JSON-able, for the spec round trip
 
 
@@ -43,7 +48,7 @@ def require(target: str) -> None:
 
 
 def test_the_registry_holds_every_workload_and_target():
-    assert set(FIXED_IDS) == set(env_ids()) and len(FIXED_IDS) == 13 * 4
+    assert set(FIXED_IDS) == set(env_ids()) and len(FIXED_IDS) == len(WORKLOADS) * 4
     assert "TensorSched-v0" in ALL_IDS
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tensorgym.cli import main
-from tensorgym.nn import (MODELS, ModelTask, OperatorMissingError, TaskKeyError, extract_tasks,
+from tensorgym.nn import (MODELS, ModelTask, TaskKeyError, extract_tasks,
                           get_model, parse_key)
 from tensorgym.nn.models import ModelUnavailableError, _torchvision_models
 
@@ -29,9 +29,11 @@ def test_keys_parse_and_refuse():
             parse_key(bad)
     t = ModelTask("dense", (128, 768, 3072), epilogue=("bias", "gelu"))
     assert t.key == "dense:128,768,3072+bias+gelu" and t.flops == 2 * 128 * 768 * 3072
-    assert t.dims == {"ROWS": 128, "IN": 768, "OUT": 3072} and not t.tunable_now
-    with pytest.raises(OperatorMissingError, match="issue 32"):
-        t.workload()
+    assert t.dims == {"ROWS": 128, "IN": 768, "OUT": 3072}
+    w = t.workload()
+    assert (w.key, w.op, w.epilogue, w.flops) == (t.key, "dense", ("bias", "gelu"), t.flops)
+    dw = ModelTask("conv2d", (1, 32, 112, 112, 32, 3, 1, 1), 32, ("bias", "relu6"))
+    assert dw.workload().key == dw.key and dw.workload().groups == 32
 
 
 torch = pytest.importorskip("torch")
@@ -94,11 +96,9 @@ def test_every_model_matches_its_modules(built, name):
     assert len(set(nodes)) == table.instances
     for t in table.tasks:
         assert parse_key(t.key) == t.signature
-        if t.tunable_now:
-            assert t.workload().key == t.operator_key == t.key.split("+")[0]
-        else:
-            with pytest.raises(OperatorMissingError, match="issue 32"):
-                t.workload()
+        w = t.workload()
+        assert w.key == t.key and w.operator_key == t.operator_key == t.key.split("+")[0]
+        assert w.flops == t.flops and w.epilogue == t.epilogue
     assert name in table.markdown() and table.totals().startswith(name)
 
 
@@ -106,7 +106,7 @@ def test_resnet18(built):
     model, table = built("resnet18")
     assert table.count("conv2d") == 20 and not table.untunable
     stem = table.find("conv2d:1,3,224,224,64,7,2,3+bias+relu")  # bn1 folded: a bias
-    assert stem.count == 1 and stem.nodes == ("conv1",) and stem.tunable_now
+    assert stem.count == 1 and stem.nodes == ("conv1",)
     down = [t for t in table.tasks if any("downsample" in n for n in t.nodes)]
     assert sum(t.count for t in down) == 3 and all(t.epilogue == ("bias",) for t in down)
     # BasicBlock: conv2 -> bn2 -> += identity -> relu
@@ -114,8 +114,7 @@ def test_resnet18(built):
     assert sum(t.count for t in res) == 8 and all(n.endswith("conv2") for t in res for n in t.nodes)
     assert table.find("conv2d:1,64,56,56,64,3,1,1+bias+add+relu").count == 2
     fc = table.find("dense:1,512,1000+bias")
-    assert fc.count == 1 and fc.nodes == ("fc",) and not fc.tunable_now
-    assert sum(t.count for t in table.tasks if t.tunable_now) == 20
+    assert fc.count == 1 and fc.nodes == ("fc",) and fc.workload().op == "dense"
     # the paper's Table 1 layers are among them (operator part), except C3: torchvision's
     # ResNet-18 has no 1x1 64 -> 64 convolution (Table 1 lists one)
     from tensorgym.workloads import WORKLOADS
@@ -130,7 +129,7 @@ def test_mobilenet_v2_depthwise(built):
     dw = [t for t in table.tasks if t.groups != 1]
     assert sum(t.count for t in dw) == 17
     assert all(t.groups == t.dims["IC"] == t.dims["OC"] for t in dw)
-    assert all(t.epilogue == ("bias", "relu6") and not t.tunable_now for t in dw)
+    assert all(t.epilogue == ("bias", "relu6") and t.workload().groups == t.groups for t in dw)
     assert table.find("conv2d:1,32,112,112,32,3,1,1,32+bias+relu6").count == 1
     # the projection convs of the blocks with a residual
     assert sum(t.count for t in table.tasks if t.epilogue == ("bias", "add")) == 10

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import loopast as A
@@ -30,6 +30,7 @@ class Dialect:
     vector_copy: Callable[[int, str, str], str]  # (width, dst pointer, src pointer) -> statement
     preamble: str = ""
     unroll_pragma: str = "#pragma unroll"
+    functions: dict = field(default_factory=dict)  # te.FUNCTIONS name -> the dialect's float one
 
 
 class CStyleRenderer(A.ExprPrinter):
@@ -148,6 +149,17 @@ class CStyleRenderer(A.ExprPrinter):
 
     def operator(self, op: str) -> str:
         return "/" if op == "//" else op  # indices are never negative: C division floors
+
+    def visit_BinOp(self, e: A.BinOp) -> str:
+        if e.op in ("min", "max"):
+            # a compare, not fmaxf/fminf: a NaN in a stays NaN through a ReLU, and the same
+            # spelling serves ints and floats
+            a, b = self.visit(e.a), self.visit(e.b)
+            return f"({a} < {b} ? {b} : {a})" if e.op == "max" else f"({b} < {a} ? {b} : {a})"
+        return super().visit_BinOp(e)
+
+    def function(self, func: str) -> str:
+        return self.d.functions.get(func, func)
 
     def generic_visit(self, node: A.Node, *args) -> "str | list[str]":
         raise TypeError(f"cannot render {type(node).__name__}")

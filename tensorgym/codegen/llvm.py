@@ -582,7 +582,47 @@ class _Emitter:
                 x, y = self.broadcast(x, sc), self.broadcast(y, sc)
             inst = {"+": "fadd", "*": "fmul", "-": "fsub"}[e.op]
             return sc.emit(f"{inst} fast {x}, {y.ref}", x.ty)
+        if isinstance(e, A.BinOp) and e.op in ("max", "min"):
+            x, y = self._same_shape(self.value(e.a, sc, mask), self.value(e.b, sc, mask), sc)
+            # a compare and select (no fast-math), so a NaN in x stays NaN: an unwritten
+            # output must not turn into a valid-looking 0 through a ReLU
+            first, second = (x, y) if e.op == "max" else (y, x)
+            bools = _vec(sc.width, "i1") if x.vector else "i1"
+            less = sc.emit(f"fcmp olt {first}, {second.ref}", bools)
+            return sc.emit(f"select {less}, {second}, {first}" if e.op == "max"
+                           else f"select {less}, {first}, {second}", x.ty)
+        if isinstance(e, A.Call) and e.func == "erf":
+            return self._erf(self.value(e.args[0], sc, mask), sc)
         raise NotImplementedError(f"value expression {e!r}")
+
+    # Abramowitz and Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + ...)) exp(-x^2),
+    # t = 1 / (1 + p |x|), x >= 0, absolute error below 1.5e-7; odd in x.
+    _ERF_P = 0.3275911
+    _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+    def _erf(self, x: _V, sc: _Scope) -> _V:
+        suffix = f"v{sc.width}f32" if x.vector else "f32"
+
+        def const(c: float) -> _V:
+            return self.broadcast(_f32(c), sc) if x.vector else _f32(c)
+
+        def intrinsic(name: str, *args: _V) -> _V:
+            fn = self._declare(f"llvm.{name}.{suffix}", x.ty, [x.ty] * len(args))
+            return sc.emit(f"call {x.ty} {fn}({', '.join(map(str, args))})", x.ty)
+
+        ax = intrinsic("fabs", x)
+        den = sc.emit(f"fadd {const(1.0)}, {sc.emit(f'fmul {ax}, {const(self._ERF_P).ref}', x.ty).ref}",
+                      x.ty)
+        t = sc.emit(f"fdiv {const(1.0)}, {den.ref}", x.ty)
+        poly = const(self._ERF_A[-1])
+        for a in reversed(self._ERF_A[:-1]):
+            poly = sc.emit(f"fadd {sc.emit(f'fmul {poly}, {t.ref}', x.ty)}, {const(a).ref}", x.ty)
+        poly = sc.emit(f"fmul {poly}, {t.ref}", x.ty)
+        square = sc.emit(f"fmul {ax}, {ax.ref}", x.ty)
+        gauss = intrinsic("exp", sc.emit(f"fneg {square}", x.ty))
+        tail = sc.emit(f"fmul {poly}, {gauss.ref}", x.ty)
+        y = sc.emit(f"fsub {const(1.0)}, {tail.ref}", x.ty)
+        return intrinsic("copysign", y, x)
 
     def load(self, e: A.Load, sc: _Scope, mask: Optional[_V]) -> _V:
         flat = self._flat(e)

@@ -237,6 +237,10 @@ class _Analyzer:
             self._index_reads(e.cond, chain, execs)
             self._value(e.true_value, chain, execs)
             self._value(e.false_value, chain, execs)
+        elif isinstance(e, A.Call):
+            self.flops += execs
+            for a in e.args:
+                self._value(a, chain, execs)
 
     def _index_reads(self, e, chain, execs) -> None:
         """An integer expression: only its (rare) loads matter."""

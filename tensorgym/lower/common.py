@@ -8,6 +8,7 @@ from typing import Callable, Mapping, Sequence
 
 from .. import loopast as A
 from .. import te
+from ..workloads import Workload
 
 
 def buffer_of(t: te.Tensor, scope: str = "global") -> A.Buffer:
@@ -40,6 +41,8 @@ def convert(e: te.Expr, axes: Mapping[te.IterVar, A.Expr],
                         convert(e.false_value, axes, load))
     if isinstance(e, te.TensorLoad):
         return load(e.tensor, tuple(convert(i, axes, load) for i in e.indices))
+    if isinstance(e, te.Call):
+        return A.Call(e.func, tuple(convert(a, axes, load) for a in e.args))
     raise TypeError(f"cannot lower {type(e).__name__} here")
 
 
@@ -58,6 +61,21 @@ def make_loader(buffers: Mapping[te.Tensor, A.Buffer], inline: Sequence[te.Tenso
         return A.Load(buffers[t], idx)
 
     return load
+
+
+def epilogue_value(workload: Workload, value: A.Expr, out_idx: tuple[A.Expr, ...],
+                   load: Callable[[te.Tensor, tuple[A.Expr, ...]], A.Expr]) -> A.Expr:
+    """What the kernel stores at ``output[out_idx]``: ``value`` (the reduction's result there)
+    through the workload's epilogue (``Workload.epilogue_body``), or ``value`` itself."""
+    body = workload.epilogue_body
+    if body is None:
+        return value
+    out = workload.output
+
+    def load_or_value(t: te.Tensor, idx: tuple[A.Expr, ...]) -> A.Expr:
+        return value if t is out else load(t, idx)
+
+    return convert(body, dict(zip(out.op.axes, out_idx)), load_or_value)
 
 
 @dataclass

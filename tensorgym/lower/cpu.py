@@ -9,7 +9,8 @@ from .. import te
 from ..space import Config
 from ..workloads import Workload
 from ..templates.cpu import PACKABLE
-from .common import Loop, axis_index, block_index, buffer_of, convert, make_loader, nest, tile_axis
+from .common import (Loop, axis_index, block_index, buffer_of, convert, epilogue_value, make_loader,
+                     nest, tile_axis)
 
 MAX_VECTOR_LANES = 64
 
@@ -81,9 +82,14 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
     main = nest(_annotate(block, vectorize, unroll), update)
     block_stmt = A.seq(init, main)
     if acc is not None:
+        result = epilogue_value(workload, A.Load(acc, acc_idx), out_idx, load)
         writeback = nest(_annotate(inner_spatial, vectorize, 0),
-                         A.Store(out_buf, out_idx, A.Load(acc, acc_idx)))
+                         A.Store(out_buf, out_idx, result))
         block_stmt = A.Allocate(acc, A.seq(block_stmt, writeback))
+    elif workload.epilogue:  # the tile's outputs are final here: the epilogue runs in place
+        result = epilogue_value(workload, A.Load(out_buf, out_idx), out_idx, load)
+        finish = nest(_annotate(inner_spatial, vectorize, 0), A.Store(out_buf, out_idx, result))
+        block_stmt = A.seq(block_stmt, finish)
     stmt = nest([(lp.var, lp.extent, "serial") for lp in outer], block_stmt)
     if par_var is not None:
         stmt = A.For(par_var, math.prod(lp.extent for lp in fused), "parallel", stmt)

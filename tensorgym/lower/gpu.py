@@ -24,7 +24,7 @@ from .. import te
 from ..space import Config
 from ..templates.gpu import GpuPlan, check_gpu_config, gpu_plan, operands
 from ..workloads import Workload
-from .common import buffer_of, make_loader, nest
+from .common import buffer_of, epilogue_value, make_loader, nest
 
 _DIMS = "xyz"
 
@@ -98,7 +98,8 @@ def lower_gpu(workload: Workload, config: Config, limits: "Mapping | None" = Non
 
     init = _unroll(reg_loops, A.Store(acc, acc_idx, A.FloatImm(0.0)), plan)
     out_idx = tuple(A.add(start[ax], local[ax]) for ax in out.op.axes)
-    writeback = _unroll(reg_loops, A.Store(buffers[out], out_idx, A.Load(acc, acc_idx)), plan)
+    result = epilogue_value(workload, A.Load(acc, acc_idx), out_idx, load_global)
+    writeback = _unroll(reg_loops, A.Store(buffers[out], out_idx, result), plan)
     body: A.Stmt = A.seq(init, main, writeback)
     for sh in reversed(shared):
         body = A.Allocate(sh, body)

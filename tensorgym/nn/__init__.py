@@ -5,10 +5,10 @@ networks (random weights). torch and torchvision are optional (``pip install 'te
 importing this package imports neither."""
 from .extract import TraceError, extract_tasks, task_table
 from .models import DESCRIPTIONS, MODELS, ModelUnavailableError, get_model, model_tasks
-from .tasks import (EPILOGUE_OPS, PARAMS, ModelTask, OperatorMissingError, TaskKeyError,
+from .tasks import (EPILOGUE_OPS, PARAMS, ModelTask, TaskKeyError,
                     TaskTable, UntunableNode, parse_key)
 
 __all__ = ["extract_tasks", "task_table", "TraceError", "MODELS", "DESCRIPTIONS",
            "ModelUnavailableError", "get_model", "model_tasks", "EPILOGUE_OPS", "PARAMS",
-           "ModelTask", "OperatorMissingError", "TaskKeyError", "TaskTable", "UntunableNode",
+           "ModelTask", "TaskKeyError", "TaskTable", "UntunableNode",
            "parse_key"]

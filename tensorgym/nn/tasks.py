@@ -9,8 +9,9 @@ Keys (issue 32's spelling): the operator's shape, then ``+`` and each epilogue o
     batch_matmul:B,M,K,N                        batch_matmul:12,128,64,128
     matmul:M,N,K                                (tensorgym's matmul: a plain 2-D torch.matmul)
 
-A conv2d key has a ninth field, GROUPS, only when groups != 1 (depthwise: GROUPS == IC), so a
-groups-1 key is exactly ``tensorgym.workloads``' conv2d key. Nothing here imports torch.
+A conv2d key has a ninth field, GROUPS, only when groups != 1 (depthwise: GROUPS == IC). A task
+key is exactly its ``tensorgym.workloads`` key (``ModelTask.workload()``), epilogue included.
+Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import TensorGymError
-from ..workloads import Workload, get_workload
+from ..workloads import EPILOGUE_OPS, Workload
 
 #: The sizes of each operator, in key order (conv2d's GROUPS is the separate ``groups`` field).
 PARAMS: dict[str, tuple[str, ...]] = {
@@ -29,21 +30,9 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
 }
 
-#: The epilogue ops. An epilogue holds bias first (if any), then at most one activation and at
-#: most one residual add, in the order they occur in the model (ResNet: bias, add, relu).
-EPILOGUE_OPS = ("bias", "relu", "relu6", "gelu", "add")
-
-#: Which part of issue 32 adds what tensorgym cannot tune yet.
-_MISSING = {
-    "dense": "dense (x @ W^T + b) is not a tensorgym operator yet: issue 32, deliverable 1 adds it",
-    "batch_matmul": "batch_matmul is not a tensorgym operator yet: issue 32, deliverable 1 adds it",
-    "grouped": "conv2d with groups != 1 (grouped/depthwise) is not tunable yet: issue 32, "
-               "deliverable 1 adds it",
-}
-
-
-class OperatorMissingError(TensorGymError):
-    """A model task whose operator tensorgym does not tune yet (see issue 32)."""
+# EPILOGUE_OPS (tensorgym.workloads): an epilogue holds bias first (if any), then at most one
+# activation and at most one residual add, in the order they occur in the model (ResNet: bias,
+# add, relu).
 
 
 class TaskKeyError(TensorGymError, ValueError):
@@ -120,19 +109,11 @@ class ModelTask:
         """FLOPs of one occurrence: 2 * multiply-adds, the epilogue not counted."""
         return _flops(self.op, self.params, self.groups)
 
-    @property
-    def tunable_now(self) -> bool:
-        """Whether tensorgym tunes the operator part today: conv2d with groups 1, or a plain
-        matmul (the epilogue is not in tensorgym's kernels yet: issue 32, deliverable 2)."""
-        return (self.op == "conv2d" and self.groups == 1) or self.op == "matmul"
-
-    def workload(self) -> Workload:
-        """The operator part as a ``tensorgym.workloads.Workload`` (epilogue left out), or
-        ``OperatorMissingError`` naming what issue 32 has to add."""
-        if not self.tunable_now:
-            missing = "grouped" if self.op == "conv2d" else self.op
-            raise OperatorMissingError(f"{self.key}: {_MISSING[missing]}")
-        return get_workload(self.operator_key)
+    def workload(self, name: str = "") -> Workload:
+        """The task as a ``tensorgym.workloads.Workload``: its operator and fused epilogue,
+        ``workload().key == key``."""
+        sizes = self.params + ((self.groups,) if self.op == "conv2d" else ())
+        return Workload(self.op, sizes, name, epilogue=self.epilogue)
 
 
 def parse_key(key: str) -> tuple[str, tuple[int, ...], int, tuple[str, ...]]:
@@ -191,18 +172,16 @@ class TaskTable:
         raise KeyError(key)
 
     def totals(self) -> str:
-        now = [t for t in self.tasks if t.tunable_now]
         return (f"{self.model}: {len(self.tasks)} tasks, {self.instances} instances, "
-                f"{self.flops / 1e9:.3f} GFLOP; tunable now: {len(now)} tasks "
-                f"({sum(t.count for t in now)} instances); untunable nodes: {len(self.untunable)}")
+                f"{self.flops / 1e9:.3f} GFLOP; untunable nodes: {len(self.untunable)}")
 
     def markdown(self) -> str:
         lines = [f"## {self.model}", "",
-                 "| key | op | epilogue | GFLOP | count | tunable now |",
-                 "|---|---|---|---:|---:|---|"]
+                 "| key | op | epilogue | GFLOP | count |",
+                 "|---|---|---|---:|---:|"]
         for t in self.tasks:
             lines.append(f"| `{t.key}` | {t.op} | {'+'.join(t.epilogue) or '-'} | "
-                         f"{t.flops / 1e9:.4g} | {t.count} | {'yes' if t.tunable_now else 'no'} |")
+                         f"{t.flops / 1e9:.4g} | {t.count} |")
         lines += ["", self.totals()]
         if self.untunable:
             lines += ["", "| untunable node | op | reason |", "|---|---|---|"]

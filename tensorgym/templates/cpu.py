@@ -32,7 +32,8 @@ CPU_ORDERS = (
 
 # op -> (input packed by the ``pack_*`` knob, the output axis whose register tile is its block,
 # the knob's name)
-PACKABLE = {"conv2d": ("weight", "oc", "pack_weight"), "matmul": ("B", "j", "pack_b")}
+PACKABLE = {"conv2d": ("weight", "oc", "pack_weight"), "matmul": ("B", "j", "pack_b"),
+            "dense": ("W", "j", "pack_w"), "batch_matmul": ("B", "j", "pack_b")}
 
 
 def _extent(workload: Workload, axis: str) -> int:
@@ -135,7 +136,7 @@ def micro_kernel_values(workload: Workload, lanes: int, registers: int = 32) -> 
                     if f"tile_{r}" in v:
                         v[f"tile_{r}"] = (axes[r], 1) if r == "rc" else (1, axes[r])
                 out.append(v)
-    elif workload.op == "matmul":
+    elif workload.op in ("matmul", "dense", "batch_matmul"):
         m, n, k = axes["i"], axes["j"], axes["rk"]
         block = _largest_divisor(n, 2 * lanes)
         rows = _largest_divisor(m, budget * lanes // max(block, lanes))

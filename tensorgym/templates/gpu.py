@@ -27,7 +27,7 @@ from ..space import Config, ConfigSpace, SpaceKey, other_knob, split_knob
 from ..workloads import Workload
 
 SPATIAL_LEVELS = 4
-REDUCE_LEVELS = {"conv2d": 2, "matmul": 3}
+REDUCE_LEVELS = {"conv2d": 2, "matmul": 3, "dense": 3, "batch_matmul": 3}
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_WIDTHS = (1, 2, 4)
 
