@@ -1,4 +1,5 @@
-"""The vendor library on the same task and machine: PyTorch's conv2d/matmul (oneDNN/MKL on CPU
+"""The vendor library on the same task and machine: PyTorch's conv2d (with groups), linear, bmm
+and matmul, then the epilogue's other ops as a model calls them (oneDNN/MKL on CPU
 with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA, where a sample is a CUDA graph of
 the runs timed by CUDA events, like tensorgym's kernels: ``VendorTimer._replay`` says why).
 ``VendorTimer`` is the one timer that the CLI, the leaderboard and the benchmarks interleave with
@@ -55,14 +56,45 @@ def warm_allocator() -> str:
 
 
 def _op(workload: Workload) -> Callable[..., Any]:
+    """The workload as PyTorch runs it eagerly, from the workload's input arrays to its output
+    array: the operator (its bias passed to conv2d/linear, as a model's layer does), then each
+    other epilogue op as the separate call a model makes (relu, hardtanh, gelu, +=)."""
+    import torch
     import torch.nn.functional as F
 
+    p, ops = workload.params, workload.epilogue
+    out_shape = workload.output.shape
     if workload.op == "conv2d":
-        _, _, _, _, _, _, stride, pad = workload.params
-        return lambda x, w: F.conv2d(x, w, stride=stride, padding=pad)
-    if workload.op == "matmul":
-        return lambda a, b: a @ b
-    raise ValueError(f"no vendor op for {workload.op}")
+        _, _, _, _, oc, k, stride, pad = p[:8]
+        groups = workload.groups
+
+        def operator(x, w, b=None):
+            return F.conv2d(x, w.reshape(oc, -1, k, k), b.reshape(-1) if b is not None else None,
+                            stride=stride, padding=pad, groups=groups).reshape(out_shape)
+    elif workload.op == "dense":
+        def operator(x, w, b=None):
+            return F.linear(x, w, b)
+    elif workload.op == "batch_matmul":
+        def operator(a, b, bias=None):
+            return torch.bmm(a, b) if bias is None else torch.baddbmm(bias, a, b)
+    elif workload.op == "matmul":
+        def operator(a, b, bias=None):
+            return a @ b if bias is None else torch.addmm(bias, a, b)
+    else:
+        raise ValueError(f"no vendor op for {workload.op}")
+    activation = {"relu": F.relu, "relu6": F.relu6, "gelu": F.gelu}
+    n_operator = 2 + ("bias" in ops)
+
+    def run(*args):
+        y = operator(*args[:n_operator])
+        for op in ops:
+            if op == "add":
+                y = y + args[-1]
+            elif op in activation:
+                y = activation[op](y)
+        return y
+
+    return run
 
 
 class VendorTimer:
@@ -90,7 +122,7 @@ class VendorTimer:
             self.skipped = ("no vendor library for OpenCL" if target == "opencl"
                             else f"unknown target {target!r}")
             return
-        if workload.op not in ("conv2d", "matmul"):
+        if workload.op not in ("conv2d", "matmul", "dense", "batch_matmul"):
             self.skipped = f"no vendor op for {workload.op}"
             return
         if target == "cuda" and not torch.cuda.is_available():
