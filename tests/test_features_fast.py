@@ -49,14 +49,34 @@ def test_fast_rows_equal_lowering_rows_on_small_shapes(w, target):
     _assert_fast_equals_lowering(w, configs)
 
 
+# dense, batch_matmul, depthwise and grouped conv2d (a 5-D output and weight), small and large
+NEW_OPERATORS = ["dense:7,32,48", "dense:128,768,3072", "batch_matmul:3,16,8,24",
+                 "batch_matmul:12,128,64,128", "conv2d:1,16,12,12,16,3,2,1,16",
+                 "conv2d:1,32,112,112,32,3,1,1,32", "conv2d:1,16,10,10,32,3,1,1,4",
+                 "conv2d:1,128,56,56,128,3,1,1,32"]
+GROUPED = ("conv2d:1,16,10,10,32,3,1,1,4", "conv2d:1,128,56,56,128,3,1,1,32")
+
+
+@pytest.mark.parametrize("target", ["cpu", "opencl"])
+@pytest.mark.parametrize("name", NEW_OPERATORS)
+def test_fast_rows_equal_lowering_rows_on_the_new_operators(name, target):
+    w = get_workload(name)
+    if target != "cpu" and name in GROUPED:  # four bound axes (g, oc, oh, ow)
+        assert not supports(w, "gpu", "relation")
+        return
+    configs = space_for(w, target).sample(np.random.default_rng(13), 150)
+    _assert_fast_equals_lowering(w, configs)
+
+
 @pytest.mark.parametrize("name", ["conv2d-C1", "conv2d-C7", "conv2d-C8", "matmul-1024",
-                                  "conv2d:1,4,9,9,8,3,2,1"])
+                                  "conv2d:1,4,9,9,8,3,2,1", "dense:7,32,48",
+                                  "batch_matmul:3,16,8,24", "conv2d:1,16,10,10,32,3,1,1,4"])
 def test_fast_rows_equal_lowering_rows_with_the_vendor_class_knobs(name):
     """Output channels in the vector lanes and packed operands (a 5-D weight, B panels), in
     every combination, under random tiles, orders, fused parallel loops and unrolling."""
     w = get_workload(name)
     space = space_for(w, "cpu")
-    names = [k for k in ("vector_axis", "pack_weight", "pack_b") if k in
+    names = [k for k in ("vector_axis", "pack_weight", "pack_b", "pack_w") if k in
              {kn.name for kn in space.knobs}]
     options = [space.knob(k).options for k in names]
     configs = []
