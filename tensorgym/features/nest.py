@@ -17,9 +17,9 @@ two agree exactly. The template builders (``nest_cpu.py``, ``nest_gpu.py``) mirr
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from itertools import chain
 from typing import Callable, Sequence, Union
 
 import numpy as np
@@ -228,7 +228,7 @@ def tile_factors(values: Sequence[dict], axis: te.IterVar, levels: int) -> np.nd
     tiles = [v.get(f"tile_{axis.name}", default) for v in values]
     if any(len(t) != levels for t in tiles):
         raise Unsupported(f"tile_{axis.name} must have {levels} factors")
-    out = np.fromiter(chain.from_iterable(tiles), np.int64, len(tiles) * levels)
+    out = np.fromiter(itertools.chain.from_iterable(tiles), np.int64, len(tiles) * levels)
     out = out.reshape(len(tiles), levels)
     if (out.prod(axis=1) != axis.extent).any():
         raise Unsupported(f"tile_{axis.name} factors do not multiply to {axis.extent}")

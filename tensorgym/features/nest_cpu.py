@@ -3,8 +3,9 @@
 One nest holds a whole batch, and every knob is a per-config array: the loop order
 (``reorder``) in which tile loop sits at each place of the nest, tile factors (and so the packed
 block), the fused parallel loop, vectorize and unroll in loop kinds, ``cache_write``,
-``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a packed copy of the
-operand, each where the other is not) in which statements, accesses and buffers exist, and where
+``inline_pad`` and packing (``pack_weight`` / ``pack_b`` / ``pack_w``: a plain and a packed copy
+of the operand, each where the other is not) in which statements, accesses and buffers exist
+(``cache_write`` also in whether the epilogue runs in the write-back or in place), and where
 the register block starts (the first reduction loop that exists) in which of two copies of a
 loop exists, and the ``vector_axis`` (whose register-tile loop goes innermost) in which axis's
 loop sits at each place of the register-tile group. One nest is what makes the annealer's

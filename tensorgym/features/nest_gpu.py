@@ -2,7 +2,7 @@
 
 Every config has the same tree, so a batch is one group: block and thread bindings, the register
 tile's init, the reduction steps (cooperative loads into shared memory, barriers, compute), the
-write-back. Tile factors give extents (a factor of 1 is a loop lowering leaves out), the shared
+write-back through the epilogue. Tile factors give extents (a factor of 1 is a loop lowering leaves out), the shared
 tiles' shapes decide whether a load coordinate is ``//``/``%`` arithmetic or affine, and
 ``auto_unroll_max_step``/``unroll_explicit`` decide which inner loops are unrolled by pragma
 (kind ``unrolled``) or in the AST (``virtual``).
@@ -31,7 +31,7 @@ class _GpuNest:
         self.w = workload
         op = workload.output.op
         values = [c.values for c in configs]
-        self.n = n = len(values)
+        self.n = len(values)
         self.spatial = [ax for ax in op.axes if ax.extent > 1]
         self.reduce = [ax for ax in op.reduce_axes if ax.extent > 1]
         self.f = {ax: tile_factors(values, ax, REDUCE_LEVELS[workload.op] if ax.reduce
