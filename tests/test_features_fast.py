@@ -10,7 +10,7 @@ import pytest
 import tensorgym.features as features
 from tensorgym.features import MAX_LOOPS, Featurizer, _from_summary, featurize
 from tensorgym.features.context import CTX, summarize
-from tensorgym.features.fast import MIN_BATCH, fast_rows, supports
+from tensorgym.features.fast import MIN_BATCH, fast_rows, supports, worthwhile
 from tensorgym.features.nest import (KIND, Access, Buf, Div, Loop, Mod, Nest, Stmt, Unsupported,
                                      Var, _rows, analyze)
 from tensorgym.features.nest_cpu import cpu_groups
@@ -49,14 +49,70 @@ def test_fast_rows_equal_lowering_rows_on_small_shapes(w, target):
     _assert_fast_equals_lowering(w, configs)
 
 
+# dense, batch_matmul, depthwise and grouped conv2d (a 5-D output and weight), small and large
+NEW_OPERATORS = ["dense:7,32,48", "dense:128,768,3072", "batch_matmul:3,16,8,24",
+                 "batch_matmul:12,128,64,128", "conv2d:1,16,12,12,16,3,2,1,16",
+                 "conv2d:1,32,112,112,32,3,1,1,32", "conv2d:1,16,10,10,32,3,1,1,4",
+                 "conv2d:1,128,56,56,128,3,1,1,32"]
+GROUPED = ("conv2d:1,16,10,10,32,3,1,1,4", "conv2d:1,128,56,56,128,3,1,1,32")
+
+
+@pytest.mark.parametrize("target", ["cpu", "opencl"])
+@pytest.mark.parametrize("name", NEW_OPERATORS)
+def test_fast_rows_equal_lowering_rows_on_the_new_operators(name, target):
+    w = get_workload(name)
+    if target != "cpu" and name in GROUPED:  # four bound axes (g, oc, oh, ow)
+        assert not supports(w, "gpu", "relation")
+        return
+    configs = space_for(w, target).sample(np.random.default_rng(13), 150)
+    _assert_fast_equals_lowering(w, configs)
+
+
+EPILOGUES = ("bias", "bias+relu", "bias+relu6", "bias+gelu", "bias+add+relu", "add")
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+@pytest.mark.parametrize("name", ["conv2d:1,8,10,10,16,3,1,1", "conv2d:1,16,12,12,16,3,2,1,16",
+                                  "dense:7,32,48", "batch_matmul:3,16,8,24", "matmul:17,9,13"])
+def test_fast_rows_equal_lowering_rows_with_an_epilogue(name, epilogue, target):
+    """The epilogue's loads (bias, residual), arithmetic and store, in the write-back of the
+    accumulator or, without one (cache_write=0), in a pass over the tile in place."""
+    w = get_workload(f"{name}+{epilogue}")
+    configs = space_for(w, target).sample(np.random.default_rng(17), 60)
+    if target == "cpu":
+        assert {c.values["cache_write"] for c in configs} == {0, 1}
+    _assert_fast_equals_lowering(w, configs)
+
+
+@pytest.mark.parametrize("epilogue", ["bias+gelu", "bias+add+relu"])
+def test_fast_rows_equal_lowering_rows_with_an_epilogue_on_a_grouped_conv2d(epilogue):
+    """A bias over two output dimensions (the group and its channel)."""
+    w = get_workload(f"conv2d:1,16,10,10,32,3,1,1,4+{epilogue}")
+    _assert_fast_equals_lowering(w, space_for(w, "cpu").sample(np.random.default_rng(19), 60))
+
+
+def test_an_in_place_epilogue_in_the_loops_of_the_zeroing():
+    """With no register-tile loop (every spatial tile group outside the reduction), the output's
+    zeroing and the epilogue's pass in place run in the same loops: one access to the output."""
+    w = get_workload("dense:7,32,48+bias+add+relu")
+    space = space_for(w, "cpu")
+    configs = [space.from_values(dict(c.values, cache_write=0,
+                                      reorder=("S1", "S2", "R0", "R1") if i % 2 else
+                                      c.values["reorder"]))
+               for i, c in enumerate(space.sample(np.random.default_rng(5), 60))]
+    _assert_fast_equals_lowering(w, configs)
+
+
 @pytest.mark.parametrize("name", ["conv2d-C1", "conv2d-C7", "conv2d-C8", "matmul-1024",
-                                  "conv2d:1,4,9,9,8,3,2,1"])
+                                  "conv2d:1,4,9,9,8,3,2,1", "dense:7,32,48",
+                                  "batch_matmul:3,16,8,24", "conv2d:1,16,10,10,32,3,1,1,4"])
 def test_fast_rows_equal_lowering_rows_with_the_vendor_class_knobs(name):
     """Output channels in the vector lanes and packed operands (a 5-D weight, B panels), in
     every combination, under random tiles, orders, fused parallel loops and unrolling."""
     w = get_workload(name)
     space = space_for(w, "cpu")
-    names = [k for k in ("vector_axis", "pack_weight", "pack_b") if k in
+    names = [k for k in ("vector_axis", "pack_weight", "pack_b", "pack_w") if k in
              {kn.name for kn in space.knobs}]
     options = [space.knob(k).options for k in names]
     configs = []
@@ -148,6 +204,20 @@ def test_what_the_fast_path_does_not_cover():
     c6 = get_workload("conv2d-C6")
     assert not supports(c6, "cpu", "config") and not supports(c6, "cpu", "ast")
     assert supports(conv2d(2, 8, 10, 10, 16, 3, 1, 1), "cpu", "context")
+
+
+def test_a_big_batch_with_an_epilogue_takes_the_fast_path(monkeypatch):
+    w = get_workload("dense:128,768,3072+bias+gelu")
+    assert worthwhile(w, "gpu", "relation", 512)
+    configs = space_for(w, "cpu").sample(np.random.default_rng(9), 512)
+    assert worthwhile(w, "cpu", "relation", len(configs))
+    reference = featurize(w, configs, fast=False)
+
+    def no_lowering(*args):
+        raise AssertionError("the fast path lowered a config")
+
+    monkeypatch.setattr(features, "rows_by_lowering", no_lowering)
+    np.testing.assert_array_equal(featurize(w, configs), reference)
 
 
 def test_knob_values_outside_the_nest_model_are_lowered():

@@ -48,8 +48,6 @@ def _template_ok(workload: Workload, target: str) -> bool:
     out = workload.output
     if workload.op not in REDUCE_LEVELS or target not in _GROUPS:
         return False
-    if workload.epilogue:
-        return False  # the nests do not model the epilogue's loads and arithmetic yet
     if target == "gpu" and sum(ax.extent > 1 for ax in out.op.axes) > 3:
         return False  # more than three bound axes: lowering fuses some into one dimension
     tensors = [*workload.inputs, out]

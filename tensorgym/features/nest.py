@@ -17,14 +17,17 @@ two agree exactly. The template builders (``nest_cpu.py``, ``nest_gpu.py``) mirr
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from itertools import chain
 from typing import Callable, Sequence, Union
 
 import numpy as np
 
+from .. import loopast as A
 from .. import te
+from ..lower.common import epilogue_value
+from ..workloads import Workload
 from .context import (_CACHE_SIZES, _RAW_COLUMNS, _RAW_PROGRAM, CTX, KIND_NAMES, N_CONTEXT,
                       N_PROGRAM, PROGRAM_NAMES, SLOT_ROLES)
 
@@ -225,7 +228,7 @@ def tile_factors(values: Sequence[dict], axis: te.IterVar, levels: int) -> np.nd
     tiles = [v.get(f"tile_{axis.name}", default) for v in values]
     if any(len(t) != levels for t in tiles):
         raise Unsupported(f"tile_{axis.name} must have {levels} factors")
-    out = np.fromiter(chain.from_iterable(tiles), np.int64, len(tiles) * levels)
+    out = np.fromiter(itertools.chain.from_iterable(tiles), np.int64, len(tiles) * levels)
     out = out.reshape(len(tiles), levels)
     if (out.prod(axis=1) != axis.extent).any():
         raise Unsupported(f"tile_{axis.name} factors do not multiply to {axis.extent}")
@@ -249,6 +252,42 @@ def inlined_source(t: te.Tensor) -> "te.Tensor | None":
         if i is not ax and not shifted:
             return None
     return body.tensor
+
+
+@lru_cache(maxsize=256)
+def epilogue_reads(workload: Workload) -> tuple[int, tuple[tuple["int | None", tuple[int, ...],
+                                                                   int], ...]]:
+    """What the kernel computes to store one output element (``lower.common.epilogue_value``):
+    its flops (BinOps and Calls, as ``context`` counts them) and its loads, per tensor in the order
+    of its first load: (the tensor's position in ``workload.inputs``, the output dimensions that
+    index it, loads); position None is the reduction's value (the accumulator, or the output
+    itself). Without an epilogue: one load of the value, no flops. (Positions, not tensors: equal
+    workloads share this cache, not their tensors.)"""
+    out = workload.output
+    idx = tuple(A.LoopVar(ax.name) for ax in out.op.axes)
+    bufs = {None: A.Buffer(out.name, out.shape)}  # input position -> its buffer
+    position = {t: i for i, t in enumerate(workload.inputs)}
+
+    def load(t: te.Tensor, index: tuple) -> A.Expr:
+        return A.Load(bufs.setdefault(position[t], A.Buffer(t.name, t.shape)), index)
+
+    flops, reads = 0, {}  # buffer -> [dims, loads]
+
+    def walk(e) -> None:  # ``context._Analyzer._value``
+        nonlocal flops
+        if isinstance(e, A.Load):
+            dims = tuple(next(d for d, v in enumerate(idx) if v is i) for i in e.indices)
+            reads.setdefault(e.buffer, [dims, 0])[1] += 1
+        elif isinstance(e, (A.BinOp, A.Call)):
+            flops += 1
+            for x in (e.a, e.b) if isinstance(e, A.BinOp) else e.args:
+                walk(x)
+        elif not isinstance(e, (A.FloatImm, A.IntImm)):
+            raise Unsupported(f"{type(e).__name__} in the epilogue of {workload.label}")
+
+    walk(epilogue_value(workload, A.Load(bufs[None], idx), idx, load))
+    positions = {b: i for i, b in bufs.items()}
+    return flops, tuple((positions[b], dims, k) for b, (dims, k) in reads.items())
 
 
 # ---------------------------------------------------------------- analysis

@@ -3,8 +3,9 @@
 One nest holds a whole batch, and every knob is a per-config array: the loop order
 (``reorder``) in which tile loop sits at each place of the nest, tile factors (and so the packed
 block), the fused parallel loop, vectorize and unroll in loop kinds, ``cache_write``,
-``inline_pad`` and packing (``pack_weight`` / ``pack_b``: a plain and a packed copy of the
-operand, each where the other is not) in which statements, accesses and buffers exist, and where
+``inline_pad`` and packing (``pack_weight`` / ``pack_b`` / ``pack_w``: a plain and a packed copy
+of the operand, each where the other is not) in which statements, accesses and buffers exist
+(``cache_write`` also in whether the epilogue runs in the write-back or in place), and where
 the register block starts (the first reduction loop that exists) in which of two copies of a
 loop exists, and the ``vector_axis`` (whose register-tile loop goes innermost) in which axis's
 loop sits at each place of the register-tile group. One nest is what makes the annealer's
@@ -25,7 +26,7 @@ from ..templates.cpu import PACKABLE
 from ..templates.gpu import operands
 from ..workloads import Workload
 from .nest import (KIND, Buf, Div, Mod, Nest, Stmt, Unsupported, Var, _prefix, access, buffer,
-                   inlined_source, merge, nest, tile_factors)
+                   epilogue_reads, inlined_source, merge, nest, tile_factors)
 
 TILE_GROUPS = ("S1", "S2", "R0", "R1")  # the groups the ``reorder`` knob orders
 
@@ -336,18 +337,33 @@ class _CpuNest:
             else:
                 operand_reads.append(access(bufs[o.tensor], dims, reads=1))
 
+        flops, reads = epilogue_reads(w)
+        in_place = ~cache_write & bool(w.epilogue)
+        # with no register-tile loop, the zeroing and the epilogue's pass in place run in the
+        # same loops: lowering's analysis sees their stores to the output as one access
+        shared = in_place & ~(self.ext(self.inner) > 1).any(axis=0)
         init = Stmt([access(acc, acc_idx, writes=1, on=cache_write),
-                     access(out_buf, out_idx, writes=1, on=~cache_write)])
+                     access(out_buf, out_idx, writes=1, on=~cache_write & ~shared)])
         update = Stmt([access(acc, acc_idx, reads=1, writes=1, on=cache_write),
                        access(out_buf, out_idx, reads=1, writes=1, on=~cache_write),
                        *operand_reads], flops=2)
-        writeback = Stmt([access(out_buf, out_idx, writes=1), access(acc, acc_idx, reads=1)],
-                         on=cache_write)
+        # the write-back of the accumulator through the epilogue, or without an accumulator the
+        # epilogue's pass over the tile in place, which reads the output for the value
+        value_loads = next(k for t, _, k in reads if t is None)
+        finish = cache_write | in_place
+        loads = [access(acc, acc_idx, reads=k, on=cache_write) if t is None
+                 else access(bufs[w.inputs[t]], [out_idx[d] for d in dims], reads=k)
+                 for t, dims, k in reads]
+        writeback = Stmt([access(out_buf, out_idx, writes=1, on=cache_write),
+                          access(out_buf, out_idx, reads=value_loads, writes=1,
+                                 on=in_place & ~shared),
+                          access(out_buf, out_idx, reads=value_loads, writes=2, on=shared),
+                          *loads], flops, on=_on(finish))
         # lowering never unrolls the accumulator's zeroing and write-back nests
         block_body = (nest(self.annotate(self.inner,
                                          np.where(cache_write, 0, self.knobs["unroll"])), [init])
                       + nest(self.annotate(self.block), [update])
-                      + nest(self.annotate(self.inner, np.zeros(n, np.int64), on=cache_write),
+                      + nest(self.annotate(self.inner, np.zeros(n, np.int64), on=_on(finish)),
                              [writeback]))
         body = nest([("fused", self.fused_ext, KIND["parallel"])]
                     + [(self.outer.var(i), e, KIND["serial"])

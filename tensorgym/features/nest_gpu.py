@@ -2,7 +2,7 @@
 
 Every config has the same tree, so a batch is one group: block and thread bindings, the register
 tile's init, the reduction steps (cooperative loads into shared memory, barriers, compute), the
-write-back. Tile factors give extents (a factor of 1 is a loop lowering leaves out), the shared
+write-back through the epilogue. Tile factors give extents (a factor of 1 is a loop lowering leaves out), the shared
 tiles' shapes decide whether a load coordinate is ``//``/``%`` arithmetic or affine, and
 ``auto_unroll_max_step``/``unroll_explicit`` decide which inner loops are unrolled by pragma
 (kind ``unrolled``) or in the AST (``virtual``).
@@ -17,7 +17,7 @@ from ..space import Config
 from ..templates.gpu import REDUCE_LEVELS, operands
 from ..workloads import Workload
 from .nest import (KIND, Add, Buf, Div, Mod, Mul, Nest, Stmt, Var, _prefix, access, buffer,
-                   inlined_source, merge, nest, tile_factors)
+                   epilogue_reads, inlined_source, merge, nest, tile_factors)
 
 SPATIAL_LEVELS = 4  # (block, vthread, thread, inner)
 
@@ -31,7 +31,7 @@ class _GpuNest:
         self.w = workload
         op = workload.output.op
         values = [c.values for c in configs]
-        self.n = n = len(values)
+        self.n = len(values)
         self.spatial = [ax for ax in op.axes if ax.extent > 1]
         self.reduce = [ax for ax in op.reduce_axes if ax.extent > 1]
         self.f = {ax: tile_factors(values, ax, REDUCE_LEVELS[workload.op] if ax.reduce
@@ -147,10 +147,13 @@ class _GpuNest:
         step = [*loads, Stmt([], barrier=True), *compute, Stmt([], barrier=True)]
         outer_red = [(f"{ax.name}.0", f[ax][:, 0], KIND["serial"]) for ax in self.reduce]
         out_idx = [merge([(self.start(ax), []), (self.local(ax), [])]) for ax in out_t.op.axes]
+        flops, reads = epilogue_reads(w)  # the write-back stores through the epilogue
+        writeback = Stmt([access(bufs[out_t], out_idx, writes=1),
+                          *(access(acc, acc_idx, reads=k) if t is None
+                            else access(bufs[w.inputs[t]], [out_idx[d] for d in dims], reads=k)
+                            for t, dims, k in reads)], flops)
         body = (nest(self.unrolled(reg), [Stmt([access(acc, acc_idx, writes=1)])])
-                + nest(outer_red, step)
-                + nest(self.unrolled(reg), [Stmt([access(bufs[out_t], out_idx, writes=1),
-                                                  access(acc, acc_idx, reads=1)])]))
+                + nest(outer_red, step) + nest(self.unrolled(reg), [writeback]))
         bound = self.spatial[::-1]  # the last axis on x, as ``lower_gpu._bind`` does
         bindings = ([(f"b.{ax.name}", f[ax][:, 0], KIND["blockIdx"]) for ax in bound]
                     + [(f"t.{ax.name}", f[ax][:, 2], KIND["threadIdx"]) for ax in bound])
