@@ -110,3 +110,21 @@ def test_tables_show_the_share_of_the_fma_peak():
     assert "| peak % |" in md and "| 25% |" in md
     first = next(csv.DictReader(io.StringIO(tables.csv_text(ResultsDoc([run])))))
     assert float(first["share_of_peak"]) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("key, reason", [
+    ("conv2d:1,16,28,28,32,3,1,1", ""), ("matmul:16,16,16", ""),
+    ("conv2d:1,32,28,28,32,3,1,1,32", "groups=32"), ("conv2d:1,16,28,28,32,3,1,1,4", "groups=4"),
+    ("conv2d:1,16,28,28,16,3,1,1+bias+relu", "fused epilogue (+bias+relu)"),
+    ("dense:1,64,32+bias", "no vendor op for dense"),
+    ("batch_matmul:2,16,8,16", "no vendor op for batch_matmul")])
+def test_vendor_timer_skips_what_it_has_no_op_for(key, reason):
+    """Grouped conv2d, dense, batch_matmul and fused epilogues: skipped with the reason, not a
+    crash in the middle of a leaderboard run."""
+    from tensorgym.leaderboard.vendor import VendorTimer, unsupported
+    from tensorgym.workloads import get_workload
+
+    w = get_workload(key)
+    assert (reason in unsupported(w)) and (unsupported(w) == "") == (reason == "")
+    if HAS_TORCH and reason:
+        assert reason in VendorTimer(w, "cpu", threads=1).skipped

@@ -2,7 +2,8 @@
 with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA, where a sample is a CUDA graph of
 the runs timed by CUDA events, like tensorgym's kernels: ``VendorTimer._replay`` says why).
 ``VendorTimer`` is the one timer that the CLI, the leaderboard and the benchmarks interleave with
-tensorgym's kernels (``compare.remeasure``). Targets without a vendor library (OpenCL) and
+tensorgym's kernels (``compare.remeasure``). Targets without a vendor library (OpenCL), tasks
+it has no op for (``unsupported``: grouped conv2d, dense, batch_matmul, fused epilogues) and
 machines without PyTorch get a timer that is ``skipped``, with the reason.
 
 The allocator is warmed on purpose (``warm_allocator``): every call of the vendor op allocates
@@ -54,6 +55,19 @@ def warm_allocator() -> str:
     return f"glibc {version().decode()}: mmap threshold warmed to {WARM_BLOCK_BYTES >> 20} MiB"
 
 
+def unsupported(workload: Workload) -> str:
+    """Why the vendor timer has no op for ``workload`` ("" when it has one): it times a plain
+    conv2d (groups 1) and matmul; grouped and depthwise conv2d, dense, batch_matmul and fused
+    epilogues are skipped with this reason, not timed unfused."""
+    if workload.op not in ("conv2d", "matmul"):
+        return f"no vendor op for {workload.op}"
+    if workload.groups != 1:
+        return f"no vendor op for conv2d with groups={workload.groups}"
+    if workload.epilogue:
+        return f"no vendor op for a fused epilogue (+{'+'.join(workload.epilogue)})"
+    return ""
+
+
 def _op(workload: Workload) -> Callable[..., Any]:
     import torch.nn.functional as F
 
@@ -90,8 +104,8 @@ class VendorTimer:
             self.skipped = ("no vendor library for OpenCL" if target == "opencl"
                             else f"unknown target {target!r}")
             return
-        if workload.op not in ("conv2d", "matmul"):
-            self.skipped = f"no vendor op for {workload.op}"
+        if (why := unsupported(workload)):
+            self.skipped = why
             return
         if target == "cuda" and not torch.cuda.is_available():
             self.library, self.skipped = "cuDNN via torch", "torch has no CUDA device here"
