@@ -213,3 +213,12 @@ def test_extracting_the_models_reproduces_the_committed_file():
     except ModelUnavailableError as e:
         pytest.skip(str(e))
     assert extract_corpus().dumps() == DATA.read_text()
+
+
+def test_the_docs_show_the_tables_the_cli_prints(corpus):
+    from pathlib import Path
+
+    from tensorgym.nn.corpus_tables import markdown
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "corpus.md").read_text()
+    assert markdown(corpus) in docs
