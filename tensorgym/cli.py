@@ -1,4 +1,5 @@
-"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset | tasks.
+"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset | tasks |
+corpus.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
@@ -115,6 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     tk.add_argument("model", help="a built-in model (tensorgym list models)")
     tk.add_argument("--md", metavar="FILE", help="also write the Markdown table here")
 
+    c = sub.add_parser("corpus", help="the corpus of all built-in models' tasks and its fixed "
+                       "train/test split by model (tensorgym.nn.corpus)")
+    c.add_argument("--split", choices=["train", "test", "all"],
+                   help="list this split's task keys with their models, not the tables")
+    c.add_argument("--md", metavar="FILE", help="also write the Markdown printed here")
+    c.add_argument("--regenerate", action="store_true", help="extract the built-in models "
+                   "again (needs torch and torchvision) and rewrite the corpus file")
+    c.add_argument("--out", metavar="FILE", help="with --regenerate: write the corpus here "
+                   "instead of the package's own file")
+
     lb = sub.add_parser("leaderboard", help="run or show a leaderboard")
     lsub = lb.add_subparsers(dest="action", required=True, parser_class=_Parser)
     run = lsub.add_parser("run", help="run a suite and write a results document")
@@ -227,7 +238,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
         print("suites:")
         for s in SUITES.values():
-            print(f"  {s.name:<16} {len(s.tasks):>2} tasks, {s.trials} trials, seeds "
+            print(f"  {s.name:<19} {len(s.tasks):>3} tasks, {s.trials} trials, seeds "
                   f"{','.join(map(str, s.seeds))}: {s.description}")
     if what in ("all", "models"):
         from .nn.models import DESCRIPTIONS, MODELS
@@ -524,6 +535,24 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from .nn.corpus import DATA, load_corpus, write_corpus
+    from .nn.corpus_tables import markdown, split_markdown
+
+    if args.out and not args.regenerate:
+        raise UsageError("--out goes with --regenerate")
+    if args.regenerate:
+        corpus = write_corpus(args.out)
+        print(f"corpus written to {args.out or DATA}", file=sys.stderr)
+    else:
+        corpus = load_corpus()
+    text = split_markdown(corpus, args.split) if args.split else markdown(corpus)
+    print(text, end="")
+    if args.md:
+        Path(args.md).write_text(text)
+    return 0
+
+
 def cmd_dataset(args: argparse.Namespace) -> int:
     from .dataset.cli import cmd_dataset as run
 
@@ -531,7 +560,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
-            "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks}
+            "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks,
+            "corpus": cmd_corpus}
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:

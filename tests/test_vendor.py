@@ -110,3 +110,18 @@ def test_tables_show_the_share_of_the_fma_peak():
     assert "| peak % |" in md and "| 25% |" in md
     first = next(csv.DictReader(io.StringIO(tables.csv_text(ResultsDoc([run])))))
     assert float(first["share_of_peak"]) == pytest.approx(0.25)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs PyTorch")
+@pytest.mark.parametrize("key", [
+    "conv2d:1,16,28,28,32,3,1,1", "matmul:16,16,16+bias+relu", "conv2d:1,32,28,28,32,3,2,1,32+bias+relu6",
+    "conv2d:1,16,14,14,32,3,1,1,4+bias+add+relu", "dense:3,64,32+bias+gelu", "dense:5,16,8+add",
+    "batch_matmul:2,16,8,16", "batch_matmul:2,8,8,8+bias+relu"])
+def test_vendor_timer_runs_every_operator_and_epilogue(key):
+    """PyTorch's eager op and epilogue calls: the timer checks its warm-up answer against the
+    workload's reference and skips with "wrong answer" otherwise."""
+    from tensorgym.leaderboard.vendor import VendorTimer
+    from tensorgym.workloads import get_workload
+
+    timer = VendorTimer(get_workload(key), "cpu", threads=1)
+    assert timer.skipped == "" and len(timer.sample(2)) == 2

@@ -3,7 +3,8 @@ and matmul, then the epilogue's other ops as a model calls them (oneDNN/MKL on C
 with the kernels' thread count, cuDNN/cuBLAS in fp32 on CUDA, where a sample is a CUDA graph of
 the runs timed by CUDA events, like tensorgym's kernels: ``VendorTimer._replay`` says why).
 ``VendorTimer`` is the one timer that the CLI, the leaderboard and the benchmarks interleave with
-tensorgym's kernels (``compare.remeasure``). Targets without a vendor library (OpenCL) and
+tensorgym's kernels (``compare.remeasure``). Targets without a vendor library (OpenCL), tasks
+it has no op for (``unsupported``: grouped conv2d, dense, batch_matmul, fused epilogues) and
 machines without PyTorch get a timer that is ``skipped``, with the reason.
 
 The allocator is warmed on purpose (``warm_allocator``): every call of the vendor op allocates
