@@ -156,7 +156,7 @@ def test_bert_layer(built):
     assert [(t.key, t.count) for t in table.tasks] == [
         ("dense:128,768,2304+bias", 1), ("batch_matmul:12,128,64,128", 1),
         ("batch_matmul:12,128,128,64", 1), ("dense:128,768,768+bias+add", 1),
-        ("dense:128,768,3072+bias+relu", 1), ("dense:128,3072,768+bias+add", 1)]
+        ("dense:128,768,3072+bias+gelu", 1), ("dense:128,3072,768+bias+add", 1)]
 
 
 def test_vit_encoder(built):

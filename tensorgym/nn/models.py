@@ -71,7 +71,8 @@ def _vit_b_16_encoder() -> Any:
 
 def _bert_layer() -> Any:
     nn = _torch().nn
-    return nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
+    # BERT's feed-forward activation is GELU (PyTorch's layer defaults to ReLU)
+    return nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
 
 
 def _dqn() -> Any:
@@ -105,7 +106,7 @@ DESCRIPTIONS: dict[str, str] = {
     "mobilenet_v2": "torchvision MobileNetV2 (depthwise convs)",
     "mobilenet_v3": "torchvision MobileNetV3-Large",
     "vit_b_16_encoder": "torchvision ViT-B/16's encoder: 12 blocks on 197 tokens of 768",
-    "bert_layer": "BERT-base encoder layer: nn.TransformerEncoderLayer(768, 12, 3072), seq 128",
+    "bert_layer": "BERT-base encoder layer: nn.TransformerEncoderLayer(768, 12, 3072, GELU), seq 128",
     "dqn": "the Nature DQN conv net on 4x84x84 frames",
 }
 
