@@ -6,12 +6,12 @@ from .envs import make_env  # registers the environments
 from .errors import (ErrorCode, InvalidConfigError, InvalidWorkloadError, RecordsError, StepError,
                      TargetUnavailableError, TensorGymError, WorkloadTooLargeError)
 from .space import Config, ConfigSpace
-from .workloads import WORKLOADS, Workload, conv2d, get_workload, matmul
+from .workloads import WORKLOADS, Workload, batch_matmul, conv2d, dense, get_workload, matmul
 
 __version__ = "0.1.0"
 
 
 __all__ = ["Config", "ConfigSpace", "ErrorCode", "InvalidConfigError", "InvalidWorkloadError",
            "RecordsError", "StepError", "TargetUnavailableError", "TensorGymError",
-           "WorkloadTooLargeError", "WORKLOADS", "Workload", "conv2d", "get_workload", "make_env",
-           "matmul"]
+           "WorkloadTooLargeError", "WORKLOADS", "Workload", "batch_matmul", "conv2d", "dense",
+           "get_workload", "make_env", "matmul"]
