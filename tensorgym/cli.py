@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tune", help="tune one workload on one target")
     t.add_argument("workload", help="a registered name (conv2d-C6) or a shape "
-                   "(conv2d:1,96,17,17,160,3,1,1, matmul:333,517,129)")
+                   "(conv2d:1,96,17,17,160,3,1,1, conv2d:1,32,112,112,32,3,1,1,32 with groups, "
+                   "matmul:333,517,129, dense:128,768,3072, batch_matmul:12,128,64,128), "
+                   "optionally with a fused epilogue: +bias+relu (docs/operators.md)")
     t.add_argument("--target", default="cpu")
     t.add_argument("--trials", type=_positive, default=64)
     t.add_argument("--agent", default="random")
