@@ -142,7 +142,7 @@ def micro_kernel_values(workload: Workload, lanes: int, registers: int = 32) -> 
         rows = _largest_divisor(m, budget * lanes // max(block, lanes))
         for kc in (256, 128):
             depth = _largest_divisor(k, kc)
-            v = dict(base, pack_b=1, parallel=2, unroll_max_step=16,
+            v = dict(base, parallel=2, unroll_max_step=16, **{PACKABLE[workload.op][2]: 1},
                      tile_i=(m // rows, 1, rows), tile_j=(n // block, 1, block),
                      tile_rk=(k // depth, depth))
             out.append(v)
