@@ -359,9 +359,11 @@ def main(argv=None) -> int:
                   f"{cell(row):<22} {row['seconds']:6.1f}s", file=sys.stderr, flush=True)
     host = host_isa()
     print(table(rows, paths, host))
-    print(f"\n{len(tasks)} cases in {time.time() - t0:.0f} s wall ({args.jobs} job(s)); "
-          "configs per case include the default ones and the micro-kernel seeds; a CPU cell "
-          "is passes/configs and the max relative error")
+    print(f"\n{len(tasks)} cases in {time.time() - t0:.0f} s wall ({args.jobs} job(s); "
+          "seconds: the sum over a path's cases). A cell is passes/configs, then the max "
+          "relative error (nvcc: compiled to PTX); the configs include each shape's default "
+          "config and, on the CPU, the default with the other cache_write and the micro-kernel "
+          "seeds")
     failures = [f for r in rows for f in r["failures"]]
     for r in rows:
         for f in r["failures"]:
