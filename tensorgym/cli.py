@@ -222,8 +222,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if what in ("all", "workloads"):
         print("workloads:")
         for name, w in WORKLOADS.items():
-            print(f"  {name:<14} {w.key:<34} {w.flops / 1e9:8.3f} GFLOP")
-        print("  (or any shape: conv2d:N,IC,H,W,OC,K,STRIDE,PAD / matmul:M,N,K)")
+            print(f"  {name:<20} {w.key:<34} {w.flops / 1e9:8.3f} GFLOP")
+        print("  (or any shape: conv2d:N,IC,H,W,OC,K,STRIDE,PAD[,GROUPS] / matmul:M,N,K / "
+              "dense:ROWS,IN,OUT / batch_matmul:B,M,K,N, each optionally +bias, +relu, +relu6, "
+              "+gelu, +add: docs/operators.md)")
     if what in ("all", "targets"):
         print("targets:", ", ".join(TARGETS))
     if what in ("all", "envs"):
