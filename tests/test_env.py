@@ -12,7 +12,7 @@ import tensorgym
 from tensorgym.envs import env_ids
 from tensorgym.errors import InvalidConfigError, TargetUnavailableError, TensorGymError
 from tensorgym.measure import LocalMeasurer, MeasureOptions
-from tensorgym.workloads import conv2d, matmul
+from tensorgym.workloads import WORKLOADS, conv2d, matmul
 
 TINY = matmul(16, 16, 16)
 OPTS = MeasureOptions(repeat=2, min_repeat_ms=1)
@@ -33,7 +33,7 @@ def make(measurer, **kw):
 def test_every_registered_id_constructs_without_measuring():
     ids = env_ids()
     assert "TensorSched-conv2d-C6-cpu" in ids and "TensorSched-matmul-1024-cuda" in ids
-    assert len(ids) == 13 * 4
+    assert len(ids) == len(WORKLOADS) * 4 and "TensorSched-dense-bert-ffn-cpu" in ids
     for env_id in ids:
         env = gym.make(env_id, records=False)
         u = env.unwrapped
