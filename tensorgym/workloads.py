@@ -480,9 +480,9 @@ def get_workload(spec: "str | Workload", *, max_bytes: Optional[int] = None) -> 
         ops = check_epilogue(epilogue)
     except InvalidWorkloadError as e:
         raise UnknownWorkloadError(f"cannot build {spec!r:.80}: {e}") from None
-    if head in WORKLOADS:
-        base = WORKLOADS[head]
-        return Workload(base.op, base.params, spec, max_bytes, epilogue=ops)
+    for name, base in WORKLOADS.items():  # a registered layer with an epilogue keeps its name
+        if head in (name, base.key):
+            return Workload(base.op, base.params, "+".join((name, *ops)), max_bytes, epilogue=ops)
     op, sep, rest = head.partition(":")
     if sep and op in PARAMS:
         names, extra = PARAMS[op], OPTIONAL_PARAMS.get(op, ())

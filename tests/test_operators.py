@@ -373,7 +373,10 @@ def test_epilogue_and_groups_round_trip_through_records(tmp_path):
     db.close()
     db = Records(tmp_path / "r.db")
     assert sorted(db.workload_keys()) == sorted(KEYS)
-    assert db.workload_names() == {KEYS[0]: "depthwise-mbv2-112+bias+relu6"}
+    # a key whose operator is a registered layer is named after it, epilogue and all
+    assert db.workload_names() == {KEYS[0]: "depthwise-mbv2-112+bias+relu6",
+                                   KEYS[1]: "dense-bert-ffn+bias+gelu",
+                                   KEYS[3]: "batch_matmul-bert-qk+add"}
     for key, (w, space, results) in written.items():
         _check_read_back(db.query(key, "cpu", "dev"), w, space, results)
     assert db.best(KEYS[0], "cpu", "named")[0].config_index == 7
