@@ -476,8 +476,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         doc, malformed = load_all(args.results)
         if args.out:
             doc.save(args.out)
-        board = screen(doc, load_verdicts(args.validation), malformed, args.validated_only)
-        _write_outputs(board.doc, args, board.validated, board.rejected)
+        bad_checks: list = []
+        verdicts = load_verdicts(args.validation, bad_checks)
+        board = screen(doc, verdicts, malformed, args.validated_only)
+        _write_outputs(board.doc, args, board.validated, board.rejected + bad_checks)
         return 0
     from tensorgym.leaderboard.run import RunOptions, run_suite
 

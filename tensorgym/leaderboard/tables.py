@@ -181,11 +181,22 @@ def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
     return "\n".join(lines + _rejected(rejected or [])) + "\n"
 
 
+#: a "Not ranked" cell longer than this is cut (a file may hold a 5,000-digit workload key)
+MAX_CELL = 160
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "/").replace("\n", " ")
+    if len(text) <= MAX_CELL:
+        return text
+    return f"{text[:MAX_CELL]}... ({len(text):,} characters)"
+
+
 def _rejected(rejected: list[tuple[str, str]]) -> list[str]:
     if not rejected:
         return []
     return ["", "## Not ranked", "", "| entry | why |", "|---|---|"] + [
-        f"| {name} | {why.replace('|', '/')} |" for name, why in rejected]
+        f"| {_cell(name)} | {_cell(why)} |" for name, why in rejected]
 
 
 def csv_text(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> str:

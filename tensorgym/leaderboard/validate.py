@@ -261,11 +261,13 @@ def save_report(checks: list[Check], path: "str | Path", **settings: Any) -> Pat
     return path
 
 
-def load_verdicts(paths: Iterable["str | Path"]) -> dict[str, Check]:
+def load_verdicts(paths: Iterable["str | Path"],
+                  left_out: "list[tuple[str, str]] | None" = None) -> dict[str, Check]:
     """digest -> verdict from validation reports; a rejection in any report wins over ok. A
     report that is not one is a ``ResultsError``; a malformed check in one (a field of the
-    wrong type, unknown or missing) is left out with a warning naming the report, the check
-    and the field."""
+    wrong type, unknown or missing) is left out: appended to ``left_out`` as (report and
+    check, why) where given (``leaderboard show`` lists them under "Not ranked"), else with a
+    warning naming the report, the check and the field."""
     out: dict[str, Check] = {}
     for p in paths:
         try:
@@ -284,7 +286,10 @@ def load_verdicts(paths: Iterable["str | Path"]) -> dict[str, Check]:
                 checks.append(_check_of(c, f"checks[{i}]"))
             except ResultsError as e:
                 bad.append(str(e))
-        if bad:
+                if left_out is not None:
+                    left_out.append((f"validation report {p}, checks[{i}]",
+                                     f"malformed check: {e}"))
+        if bad and left_out is None:
             warnings.warn(f"validation report {p}: left out {len(bad)} malformed check(s) "
                           f"({'; '.join(bad[:3])}{'; ...' if len(bad) > 3 else ''})",
                           stacklevel=2)
