@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _ray_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help=f"{what}; ADDRESS: 'auto' (the cluster started on this machine), "
-                   "host:port or ray://host:port; none: ray.init's default")
+                   "host:port or ray://host:port (one where no Ray cluster answers fails within "
+                   "$TENSORGYM_RAY_TIMEOUT s, default 10); none: ray.init's default")
 
 
 def _ray_measurer(target: str, address: str, threads: int) -> Any:

@@ -7,9 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +71,82 @@ def test_an_address_where_nothing_answers_is_refused_at_once():
         with pytest.raises(TensorGymError, match="host:port or ray://host:port"):
             reachable(bad)
     reachable(None), reachable("auto")  # Ray's own to find
+
+
+@pytest.fixture(scope="module")
+def not_ray():
+    """Two addresses that accept connections but are no Ray cluster: a socket that says
+    nothing, an HTTP/1 server. Their connections stay open while the module runs."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list = []
+    threading.Thread(target=lambda: [held.append(silent.accept()) for _ in iter(int, 1)],
+                     daemon=True).start()
+    http = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    yield {"silent": f"127.0.0.1:{silent.getsockname()[1]}",
+           "http": f"127.0.0.1:{http.server_address[1]}", "held": held}
+    http.shutdown()
+    silent.close()
+
+
+DEADLINE = 2.0  # $TENSORGYM_RAY_TIMEOUT in these tests (the default is 10 s)
+
+
+def _tune(address: str, deadline: float, **kw) -> subprocess.Popen:
+    env = {**os.environ, "TENSORGYM_RAY_TIMEOUT": str(deadline)}
+    return subprocess.Popen([sys.executable, "-m", "tensorgym", "tune", "matmul:16,16,16",
+                             "--trials", "4", "--ray", address], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+@pytest.mark.parametrize("kind,says", [("silent", "said nothing within 2 s"),
+                                       ("http", "answered b'")])
+def test_an_address_that_answers_but_is_no_ray_cluster_fails_within_its_deadline(
+        not_ray, monkeypatch, kind, says):
+    address = not_ray[kind]
+    monkeypatch.setenv("TENSORGYM_RAY_TIMEOUT", str(DEADLINE))
+    assert not ray.is_initialized()
+    t0 = time.monotonic()
+    with pytest.raises(TensorGymError) as e:
+        RayMeasurer("cpu", FAST, address=address)
+    assert time.monotonic() - t0 < DEADLINE + 3
+    for part in (repr(address), "is not a Ray cluster", says, "ray start --head"):
+        assert part in str(e.value)
+    assert not ray.is_initialized()  # refused before ray.init: nothing of Ray to clean up
+
+    t0 = time.monotonic()
+    p = _tune(address, DEADLINE)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    assert f"{address!r}: it accepts connections but is not a Ray cluster" in err
+    assert time.monotonic() - t0 < DEADLINE + 30  # + starting Python, tensorgym and ray
+
+
+def test_a_bad_deadline_is_refused(monkeypatch):
+    from tensorgym.measure.ray import connect_timeout
+
+    monkeypatch.delenv("TENSORGYM_RAY_TIMEOUT", raising=False)
+    assert connect_timeout() == 10.0
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("TENSORGYM_RAY_TIMEOUT", bad)
+        with pytest.raises(TensorGymError, match="TENSORGYM_RAY_TIMEOUT"):
+            connect_timeout()
+
+
+def test_sigterm_ends_a_tune_waiting_on_an_address_that_says_nothing(not_ray):
+    before = len(not_ray["held"])
+    p = _tune(not_ray["silent"], 120)
+    deadline = time.monotonic() + 60
+    while len(not_ray["held"]) == before and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.poll() is None and len(not_ray["held"]) > before  # it waits on the handshake
+    children = descendants(p.pid)
+    t0 = time.monotonic()
+    p.terminate()
+    p.communicate(timeout=10)
+    assert time.monotonic() - t0 < 5
+    assert p.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    assert survivors(children, within=5) == []
 
 
 def test_bad_measure_and_replay_arguments_are_refused():
@@ -158,6 +239,11 @@ class TestLocalRay:
         again = {e.seed: e for _, e in ResultsDoc.load(second).entries()}
         assert again[0].trials == entries[0].trials and len(again[1].trials) == 2
         assert again[1].best is not None and again[1].best.gflops > 0
+
+    def test_a_clusters_own_address_passes_the_handshake_check(self):
+        from tensorgym.measure.ray import reachable
+
+        reachable(ray.get_runtime_context().gcs_address, timeout=5.0)  # its GCS answers HTTP/2
 
     def test_no_matching_device_fails_fast_listing_the_cluster(self):
         with pytest.raises(TensorGymError, match="no cpu device of kind 'cpu/No Such CPU'") as e:

@@ -25,7 +25,9 @@ def add_parser(sub: Any, positive: Any, non_negative: Any) -> None:
                    help="CPU threads of the kernels' parallel loops (default: all cores)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="measure through Ray (a cluster's address, or none for the default)")
+                   help="measure through Ray (a cluster's address, or none for the default; an "
+                   "address where no Ray cluster answers fails within $TENSORGYM_RAY_TIMEOUT s, "
+                   "default 10)")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("--json", action="store_true", help="print one JSON object per workload")
     e = dsub.add_parser("export", help="write a records database as Parquet or JSON lines")

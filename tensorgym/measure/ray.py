@@ -21,6 +21,7 @@ This module imports ray; ``tensorgym`` imports it only where a Ray measurer is a
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 import warnings
@@ -48,7 +49,10 @@ ATTEMPTS = 3  # a config lost with its node this many times is reported as an er
 CHUNK = 8  # most kernels one timing call takes (one calibration phase)
 START_TIMEOUT_S = 120.0  # for a device's actor to start and name its device
 LIVENESS_S = 5.0  # with no answer for this long, look for nodes that died
-REACH_TIMEOUT_S = 5.0  # for a cluster's address to accept a connection
+CONNECT_TIMEOUT_S = 10.0  # default deadline for a cluster's address to answer as Ray does
+TIMEOUT_ENV = "TENSORGYM_RAY_TIMEOUT"  # overrides it (seconds)
+# the HTTP/2 client preface and an empty SETTINGS frame, which a gRPC server answers at once
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 def connect(address: "str | None") -> None:
@@ -66,21 +70,65 @@ def connect(address: "str | None") -> None:
                              "`ray start --head` (docs/distributed.md)") from None
 
 
-def reachable(address: "str | None", timeout: float = REACH_TIMEOUT_S) -> None:
-    """Refuse at once an address ``host:port`` (or ``ray://host:port``) where nothing answers:
-    Ray itself keeps retrying such an address for minutes. None and "auto" are Ray's to find."""
+def connect_timeout() -> float:
+    """The deadline for a cluster's address to answer as Ray does: ``$TENSORGYM_RAY_TIMEOUT``
+    seconds, else ``CONNECT_TIMEOUT_S``."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        seconds = float(text) if text else CONNECT_TIMEOUT_S
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise TensorGymError(f"${TIMEOUT_ENV} is a number of seconds above 0, not {text!r}")
+    return seconds
+
+
+def reachable(address: "str | None", timeout: "float | None" = None) -> None:
+    """Refuse within ``timeout`` seconds (``connect_timeout()``) an address ``host:port`` (or
+    ``ray://host:port``) where no Ray cluster answers: nothing listens there, or what listens
+    does not answer the HTTP/2 handshake of Ray's gRPC servers (a silent socket, an HTTP/1
+    server). Ray itself keeps retrying such an address for minutes. None and "auto" are Ray's
+    to find; with ``RAY_USE_TLS`` set only the TCP connection is checked."""
     if address is None or address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise TensorGymError(f"a Ray address is 'auto', host:port or ray://host:port, not "
                              f"{address!r}")
+    timeout = connect_timeout() if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    start = "start one with `ray start --head` (docs/distributed.md)"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        s = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except (OSError, ValueError) as e:
         raise TensorGymError(f"cannot join the Ray cluster at {address!r}: nothing answers "
-                             f"there ({e}); start one with `ray start --head` "
-                             "(docs/distributed.md)") from None
+                             f"there ({e}); {start}") from None
+    with s:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
+            head = _h2_settings(s, deadline)
+            if head[3:4] != b"\x04":  # not an HTTP/2 SETTINGS frame
+                got = (f"answered {head[:40]!r}" if head else
+                       f"said nothing within {timeout:g} s (${TIMEOUT_ENV})")
+                raise TensorGymError(f"cannot join the Ray cluster at {address!r}: it accepts "
+                                     f"connections but is not a Ray cluster (it {got} to a gRPC "
+                                     f"handshake); {start}")
+
+
+def _h2_settings(s: socket.socket, deadline: float) -> bytes:
+    """The first bytes the server at ``s`` answers to an HTTP/2 client preface, by
+    ``deadline``: a gRPC server's begin with its SETTINGS frame (9 bytes, type 4)."""
+    head = b""
+    try:
+        s.sendall(H2_PREFACE)
+        while len(head) < 9 and (left := deadline - time.monotonic()) > 0:
+            s.settimeout(left)
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            head += chunk
+    except OSError:  # a timeout, or a reset by a server that took the preface for garbage
+        pass
+    return head
 
 
 def node_runtime_kwargs(target: str, runtime_kwargs: dict) -> dict:
