@@ -808,3 +808,46 @@ def test_fuzz_side_file_line(data, value, which, side_lines, tmp_path_factory):
     hostile = set(range(len(lines))) if how != "field" else {which}
     tmp = tmp_path_factory.mktemp("side")
     check_side_file(tmp, lines, hostile)
+
+
+# ---------------------------------------------------------------- the leaderboard's --ray journal
+
+from tensorgym.leaderboard.run import read_journal  # noqa: E402
+
+
+def check_journal(tmp: Path, lines: list[bytes], good: list[dict]) -> None:
+    """``OUT.partial.jsonl`` of ``lines`` read back as a ``--ray`` rerun does: nothing raised,
+    the entries of ``good`` resumed, damaged lines said (file and line) in one message."""
+    path = tmp / "r.json.partial.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    said: list[str] = []
+    done = read_journal(path, said.append)
+    for e in good:
+        assert (e["agent"], e["workload"], e["target"], e["seed"], e["budget"]) in done
+    assert len(said) <= 1 and all(str(path) in s for s in said), said
+
+
+@pytest.fixture(scope="module")
+def journal_entries(results_doc) -> list[dict]:
+    e = _entry(results_doc)
+    return [{**copy.deepcopy(e), "seed": s} for s in range(4)]
+
+
+@pytest.mark.parametrize("name", sorted(RAW_SIDE_LINES))
+def test_hostile_journal_line(name, journal_entries, tmp_path):
+    lines = [json.dumps(e).encode() for e in journal_entries]
+    lines[1] = RAW_SIDE_LINES[name](lines[1])
+    check_journal(tmp_path, lines, journal_entries[:1] + journal_entries[2:])
+
+
+@FUZZ
+@given(data=st.data(), value=JSON, which=st.integers(0, 3))
+def test_fuzz_journal_line(data, value, which, journal_entries, tmp_path_factory):
+    entries = copy.deepcopy(journal_entries)
+    where = data.draw(st.sampled_from(_paths(entries[which])))
+    entries[which] = _set(entries[which], where, value)
+    lines = [json.dumps(e).encode() for e in entries]
+    if data.draw(st.booleans()):
+        lines[which] = data.draw(st.binary(max_size=100)).replace(b"\n", b"")
+    check_journal(tmp_path_factory.mktemp("j"), lines,
+                  journal_entries[:which] + journal_entries[which + 1:])
