@@ -851,3 +851,23 @@ def test_fuzz_journal_line(data, value, which, journal_entries, tmp_path_factory
         lines[which] = data.draw(st.binary(max_size=100)).replace(b"\n", b"")
     check_journal(tmp_path_factory.mktemp("j"), lines,
                   journal_entries[:which] + journal_entries[which + 1:])
+
+
+def test_tune_db_restores_a_hostile_side_file_and_tunes(side_lines, tmp_path):
+    """``tune --db`` over a database whose side file has every hostile line above: it
+    restores the good lines (said on stderr), keeps the rest aside, and tunes all the same."""
+    hostile = [json.dumps(m(_side_obj(side_lines[0])), default=str).encode()
+               for name, m in sorted(SIDE_MUTATIONS.items()) if name != "deep"]
+    hostile += [m(side_lines[0]) for m in RAW_SIDE_LINES.values()]
+    side = tmp_path / "r.db.unsaved-1.jsonl"
+    side.write_bytes(b"\n".join(side_lines + hostile) + b"\n")
+    rc, out, err = cli(["tune", "matmul:8,8,8", "--trials", "1", "--db", str(tmp_path / "r.db"),
+                        "--no-progress", "--json"])
+    assert rc == 0, err
+    assert f"restored {len(side_lines)} measurements into {tmp_path / 'r.db'} from {side}" in err
+    assert not side.exists() and len(Path(f"{side}.damaged").read_bytes().splitlines()) \
+        == len(hostile)
+    db = Records(tmp_path / "r.db")
+    assert len(db.query(SIDE_W.key, device="dev")) == len(side_lines)
+    assert len(db) == len(side_lines) + json.loads(out)["trials"]  # and the tune's 1 trial
+    db.close()
