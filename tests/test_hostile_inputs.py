@@ -29,7 +29,6 @@ import tensorgym  # noqa: E402,F401  (registers the envs)
 from tensorgym.cli import main  # noqa: E402
 from tensorgym.dataset import Dataset  # noqa: E402
 from tensorgym.errors import TensorGymError  # noqa: E402
-from tensorgym.space import Config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_ID = "TensorSched-matmul-1024-cpu"
@@ -322,7 +321,7 @@ def test_hostile_results_entry(name, results_doc, tmp_path):
     ENTRY_MUTATIONS[name](doc)
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
-    text = check_results(path, tmp_path)
+    check_results(path, tmp_path)
     # the intact entry (seed 1) is still ranked by `show`
     rc, out, err = cli(["leaderboard", "show", str(path)])
     assert rc == 0, err
