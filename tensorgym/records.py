@@ -251,29 +251,27 @@ class Records:
         ``<side file>.damaged``: the good lines are restored all the same."""
         cols = _COLUMNS.split(", ")
         batches: dict[tuple, list[tuple]] = {}
-        damaged: list[tuple[int, bytes]] = []
+        damaged: list[tuple[int, bytes, str]] = []  # (line number, line, why)
         with self._errors(f"read {side_file}"):
             data = Path(side_file).read_bytes()
         for n, line in enumerate(data.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                e = json.loads(line.decode("utf-8"))
-                w = e["workload"]
-                key = (w["workload_key"], w["op"], w["params"], w["name"])
-                row = tuple(e["row"].get(c, "") if c == "options" else e["row"][c] for c in cols)
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-                damaged.append((n, line))
+                key, row = _side_line(json.loads(line.decode("utf-8")), cols)
+            except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError too
+                damaged.append((n, line, str(e)[:120]))
                 continue
             batches.setdefault(key, []).append(row)
         if damaged:
             aside = f"{side_file}.damaged"
             with self._errors(f"keep the damaged lines of {side_file} aside"):
                 with open(aside, "ab") as f:
-                    f.write(b"".join(line + b"\n" for _, line in damaged))
+                    f.write(b"".join(line + b"\n" for _, line, _ in damaged))
+            n, _, why = damaged[0]
             warnings.warn(f"side file {side_file}: {len(damaged)} damaged line(s) left out "
-                          f"(first at line {damaged[0][0]}), kept in {aside}; the other "
-                          "lines are restored", stacklevel=2)
+                          f"(first at line {n}), kept in {aside}; the other lines are restored "
+                          f"(line {n}: {why})", stacklevel=2)
         with self._errors(f"restore {side_file}"):
             self._write(lambda db: self._insert(db, batches))
         return sum(map(len, batches.values()))
@@ -480,6 +478,45 @@ class Records:
         if not math.isfinite(gflops):
             return "a time too short for a finite GFLOP/s"
         return dataclasses.replace(rec, gflops=gflops)
+
+
+#: the columns of a record that SQLite stores as integers, and as reals (the others: text)
+_INT_COLUMNS = ("config_index", "error")
+_REAL_COLUMNS = ("gflops", "build_time", "run_time", "timestamp")
+
+
+def _side_line(e: Any, cols: list[str]) -> tuple[tuple, tuple]:
+    """A side file line's workload (key, op, params, name) and record row, checked to be what
+    ``_save_unsaved`` writes (values SQLite stores in the columns' NOT NULL types); a
+    ``ValueError`` says what is wrong otherwise."""
+    if not isinstance(e, dict) or not isinstance(e.get("workload"), dict) \
+            or not isinstance(e.get("row"), dict):
+        raise ValueError("not an object of a workload and a row")
+    w, r = e["workload"], e["row"]
+    key = tuple(w.get(c) for c in ("workload_key", "op", "params", "name"))
+    if not all(isinstance(v, str) for v in key[:3]) or not isinstance(key[3], (str, type(None))):
+        raise ValueError("the workload's key, op, params or name is not a string")
+    for v in key:
+        if v is not None:
+            v.encode("utf-8")  # a lone surrogate ("\\ud800" in the JSON) is not SQLite text
+    row = []
+    for c in cols:
+        v = r.get(c, "") if c == "options" else r.get(c)
+        if c in _INT_COLUMNS:
+            ok = type(v) is int and -2**63 <= v < 2**63
+        elif c in _REAL_COLUMNS:
+            ok = (type(v) is int and -2**63 <= v < 2**63
+                  or type(v) is float and not math.isnan(v))  # NaN: SQLite's NULL
+        else:
+            ok = isinstance(v, str)
+            if ok:
+                v.encode("utf-8")  # UnicodeEncodeError (a ValueError): a lone surrogate
+        if not ok:
+            raise ValueError(f"row {c} is {repr(v)[:40]}" if c in r else f"row has no {c}")
+        row.append(v)
+    if row[0] != key[0]:
+        raise ValueError(f"row of workload {row[0][:40]!r} under workload {key[0][:40]!r}")
+    return key, tuple(row)
 
 
 def _check_workload(task: Task, workload: Optional[Workload]) -> None:

@@ -227,6 +227,9 @@ def _row_values(row: Any, path: str) -> "tuple | str":
     if missing:
         return f"no column {missing[0]!r}"
     values = [row[c] for c in COLUMNS]
+    for v in values:
+        if isinstance(v, _Unreadable):
+            return str(v)
     i = COLUMNS.index("costs")
     if not isinstance(values[i], (list, tuple)):
         return f"costs is a {type(values[i]).__name__}, not a list"
@@ -283,11 +286,43 @@ def _write_parquet(rows: list[dict], path: str) -> None:
 
 
 def _read_parquet(path: str) -> list[dict]:
+    """The rows of a Parquet file, as dicts of the columns a dataset reads (the others are
+    never converted). A file that is not Parquet (cut short, overwritten) is a ``DatasetError``;
+    a value that has no Python value (a date past year 9999, say) is an ``_Unreadable`` of its
+    row, which ``_row_values`` skips."""
     pa, pq = _pyarrow()
     try:
-        return pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError) as e:
-        raise DatasetError(f"{path}: cannot read Parquet: {e}") from None
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError, OverflowError) as e:
+        raise DatasetError(f"{path}: cannot read Parquet: {str(e)[:300]}") from None
+    wanted = set(COLUMNS) | {"workload_name"}
+    cols: dict[str, list] = {}
+    for i, name in enumerate(table.column_names):
+        if name in wanted:
+            cols[name] = _parquet_values(pa, table.column(i), name, path)
+    if not cols:
+        return [{} for _ in range(table.num_rows)]
+    return [dict(zip(cols, values)) for values in zip(*cols.values())]
+
+
+class _Unreadable(str):
+    """A Parquet value with no Python value: its row is malformed."""
+
+
+def _parquet_values(pa, column, name: str, path: str) -> list:
+    errors = (pa.ArrowException, OSError, ValueError, OverflowError, TypeError)
+    try:
+        return column.to_pylist()
+    except errors:
+        pass
+    out: list = []
+    for chunk in column.chunks:
+        for i in range(len(chunk)):
+            try:
+                out.append(chunk[i].as_py())
+            except errors as e:
+                out.append(_Unreadable(f"{name} ({chunk.type}) has no value: {str(e)[:80]}"))
+    return out
 
 
 __all__ = ["DERIVED", "Dataset", "DatasetError", "EXPORT_SUFFIXES", "Task"]

@@ -327,10 +327,13 @@ class TensorSchedEnv(gym.Env):
     def _reward(self, r: MeasureResult, best_before: Optional[MeasureResult]) -> float:
         if not (r.ok and r.median > 0):
             return float(self.failure_reward)
+        # logs subtracted, not of a ratio: a ratio of finite times overflows (a reference of
+        # 1e308 s in a doctored dataset) where the difference of their logs cannot
         if self.reward_kind == "log_speedup":
-            return float(math.log(self.session.reference_seconds / r.median))
-        before = max(best_before.gflops if best_before else 0.0, self.session.reference_gflops)
-        return float(max(0.0, math.log(max(r.gflops, before) / before)))
+            return float(math.log(self.session.reference_seconds) - math.log(r.median))
+        before = max(best_before.gflops if best_before else 0.0, self.session.reference_gflops,
+                     5e-324)  # a reference so slow that its GFLOP/s underflow to 0
+        return float(max(0.0, math.log(max(r.gflops, before)) - math.log(before)))
 
     def _observe(self):
         cfg = self._last_config

@@ -7,6 +7,7 @@ same run, each run's best config re-measured, and every trial kept in a results 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -177,6 +178,36 @@ def remeasure_bests(entries: list[Entry], rounds: int, measurer: Any = None,
     return c.vendor_result() if vendor else None
 
 
+def read_journal(journal: "str | os.PathLike", say: Progress) -> dict[tuple, Entry]:
+    """The entries a ``--ray`` run wrote to its journal (``OUT.partial.jsonl``), by (agent,
+    workload, target, seed, budget). A damaged line (cut short by a kill mid-write, say) is
+    left out, its run run again, and ``say`` tells how many and the first's line and why."""
+    import json
+    from pathlib import Path
+
+    from .results import _build
+
+    done: dict[tuple, Entry] = {}
+    damaged: list[tuple[int, str]] = []
+    try:
+        data = Path(journal).read_bytes()
+    except OSError as e:
+        raise TensorGymError(f"cannot read the journal {journal}: {e}") from None
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            e = _build(Entry, json.loads(line.decode("utf-8")), f"{journal}:{n}")
+            done[(e.agent, e.workload, e.target, e.seed, e.budget)] = e
+        except (ValueError, ResultsError, RecursionError) as err:
+            damaged.append((n, str(err)[:120]))
+    if damaged:
+        n, why = damaged[0]
+        say(f"{journal}: {len(damaged)} damaged line(s) (first at line {n}): those runs are run "
+            f"again (line {n}: {why})")
+    return done
+
+
 def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, trials: int,
                    seeds: list[int], say: Progress) -> ResultsDoc:
     """Every (agent, task, seed) as a Ray task (one progress bar; each entry times on the
@@ -188,7 +219,7 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
 
     from tensorgym.measure.ray import connect, device_node, on_node, run_tasks
 
-    from .results import _build, _clean
+    from .results import _clean
 
     connect(options.ray or None)
     runs, nodes = {}, {}
@@ -203,17 +234,7 @@ def _run_suite_ray(suite: Suite, agents: Sequence[str], options: RunOptions, tri
     journal = Path(options.journal) if options.journal else None
     done: dict[tuple, Entry] = {}
     if journal is not None and journal.exists():
-        damaged = []
-        for n, line in enumerate(journal.read_bytes().splitlines(), 1):
-            try:  # a line cut short (a kill mid-write) is run again, not fatal to the rest
-                e = _build(Entry, json.loads(line.decode("utf-8")), f"{journal}:{n}")
-            except (ValueError, ResultsError, RecursionError):
-                damaged.append(n)
-                continue
-            done[(e.agent, e.workload, e.target, e.seed, e.budget)] = e
-        if damaged:
-            say(f"{journal}: {len(damaged)} damaged line(s) (first at line {damaged[0]}): "
-                "those runs are run again")
+        done = read_journal(journal, say)
         say(f"resuming: {len(done)} of {len(calls)} runs done earlier ({journal})")
     todo = [c for c in calls if c not in done]
 
