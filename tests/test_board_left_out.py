@@ -5,26 +5,15 @@ command on a missing path says so and creates nothing."""
 from __future__ import annotations
 
 import copy
-import io
 import json
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 
 import gymnasium as gym
 import pytest
 
 import tensorgym  # noqa: F401  (registers the envs)
-from tensorgym.cli import main
+from .cli_run import cli
 from tensorgym.errors import TensorGymError
 from tensorgym.leaderboard.tables import MAX_CELL
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,8 @@
 """The CUDA emitter: every config of the OpenCL correctness test, rendered as CUDA C and
 compiled to PTX by nvcc (no GPU needed). The kernels go into two .cu files compiled side by side."""
 import dataclasses
-import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from tensorgym.hardware.cuda import CUDARuntime, find_nvcc
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS
 
+from .gpu_builds import ptx_entries
 from .test_gpu_opencl import CONFIGS
 
 NVCC = find_nvcc()
@@ -28,23 +27,7 @@ def test_every_config_compiles_to_ptx(tmp_path):
     for i, (workload, config) in enumerate(CONFIGS):
         program = dataclasses.replace(lower_gpu(workload, config, DEFAULT_GPU_LIMITS), name=f"k{i}")
         sources.append(render_cuda(program))
-    files = []
-    for part in range(2):
-        path = tmp_path / f"part{part}.cu"
-        path.write_text("\n".join(sources[part::2]))
-        files.append(path)
-
-    def nvcc(path):
-        return subprocess.run([NVCC, "-ptx", f"-arch={ARCH}", str(path), "-o", f"{path}.ptx"],
-                              capture_output=True, text=True, timeout=600)
-
-    with ThreadPoolExecutor(2) as pool:
-        procs = list(pool.map(nvcc, files))
-    for p in procs:
-        assert p.returncode == 0, p.stderr[-3000:]
-    entries = set()
-    for path in files:
-        entries |= set(re.findall(r"\.entry\s+(k\d+)", open(f"{path}.ptx").read()))
+    entries = ptx_entries(NVCC, ARCH, sources, tmp_path)
     assert entries == {f"k{i}" for i in range(len(CONFIGS))}
 
 

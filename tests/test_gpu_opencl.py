@@ -3,11 +3,12 @@ random valid configs of conv2d and matmul, run through pyopencl and compared wit
 import numpy as np
 import pytest
 
-from tensorgym.errors import TargetUnavailableError
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.templates import space_for
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS, sample_valid_configs
 from tensorgym.workloads import conv2d, matmul
+
+from .gpu_builds import opencl_runtimes
 
 pytestmark = pytest.mark.opencl
 
@@ -32,14 +33,7 @@ def gpu_cases(seed: int = 0):
 
 @pytest.fixture(scope="module")
 def runtimes():
-    from tensorgym.hardware.opencl import OpenCLRuntime
-
-    fast = OpenCLRuntime(build_options=("-cl-opt-disable",))
-    try:
-        fast.check_available()
-    except TargetUnavailableError as e:
-        pytest.skip(f"no OpenCL device: {e}")
-    return fast, OpenCLRuntime()
+    return opencl_runtimes()
 
 
 def fused_axis_cases():

@@ -27,6 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import tensorgym  # noqa: E402,F401  (registers the envs)
 from tensorgym.cli import main  # noqa: E402
+from .cli_run import cli  # noqa: E402
 from tensorgym.dataset import Dataset  # noqa: E402
 from tensorgym.errors import TensorGymError  # noqa: E402
 
@@ -82,14 +83,6 @@ def report_doc(results_doc, tmp_path_factory) -> dict:
 
 
 # ---------------------------------------------------------------- checks
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def assert_cli_ok(argv: list[str]) -> str:

@@ -14,16 +14,13 @@ with groups and epilogues round-trip through records and datasets.
 import dataclasses
 import json
 import platform
-import re
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
 from tensorgym import loopast as A
-from tensorgym.errors import ErrorCode, TargetUnavailableError
+from tensorgym.errors import ErrorCode
 from tensorgym.hardware.cpu import ISAS, CPURuntime, compile_object, host_isa, vector_lanes
 from tensorgym.hardware.cuda import find_nvcc
 from tensorgym.lower import lower
@@ -37,6 +34,8 @@ from tensorgym.templates.cpu import micro_kernel_values
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS, sample_valid_configs
 from tensorgym.templates.seeds import register_file
 from tensorgym.workloads import batch_matmul, conv2d, dense, get_workload, matmul
+
+from .gpu_builds import opencl_runtimes, ptx_entries
 
 # Each kind of operator on a few small shapes; case j of a kind takes shape j mod len(shapes).
 SHAPES = {
@@ -186,14 +185,7 @@ def test_some_gpu_kernels_are_built_with_pocls_optimiser():
 
 @pytest.fixture(scope="module")
 def opencl():
-    from tensorgym.hardware.opencl import OpenCLRuntime
-
-    fast = OpenCLRuntime(build_options=("-cl-opt-disable",))
-    try:
-        fast.check_available()
-    except TargetUnavailableError as e:
-        pytest.skip(f"no OpenCL device: {e}")
-    return fast, OpenCLRuntime()
+    return opencl_runtimes()
 
 
 @pytest.mark.opencl
@@ -216,23 +208,7 @@ def test_cuda_kernels_compile_to_ptx(tmp_path):
     sources = [render_cuda(dataclasses.replace(lower_gpu(w, c, DEFAULT_GPU_LIMITS), name=f"k{i}"))
                for i, (w, c) in enumerate(GPU_CONFIGS)]
     assert any("erff(" in s for s in sources)  # the GELU's erf is CUDA's float one
-    files = []
-    for part in range(2):
-        path = tmp_path / f"part{part}.cu"
-        path.write_text("\n".join(sources[part::2]))
-        files.append(path)
-
-    def nvcc(path):
-        return subprocess.run([NVCC, "-ptx", "-arch=sm_80", str(path), "-o", f"{path}.ptx"],
-                              capture_output=True, text=True, timeout=600)
-
-    with ThreadPoolExecutor(2) as pool:
-        procs = list(pool.map(nvcc, files))
-    for p in procs:
-        assert p.returncode == 0, p.stderr[-3000:]
-    entries = set()
-    for path in files:
-        entries |= set(re.findall(r"\.entry\s+(k\d+)", open(f"{path}.ptx").read()))
+    entries = ptx_entries(NVCC, "sm_80", sources, tmp_path)
     assert entries == {f"k{i}" for i in range(len(GPU_CONFIGS))}
 
 

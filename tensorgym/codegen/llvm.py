@@ -585,13 +585,7 @@ class _Emitter:
             return sc.emit(f"{inst} fast {x}, {y.ref}", x.ty)
         if isinstance(e, A.BinOp) and e.op in ("max", "min"):
             x, y = self._same_shape(self.value(e.a, sc, mask), self.value(e.b, sc, mask), sc)
-            # a compare and select (no fast-math), so a NaN in x stays NaN: an unwritten
-            # output must not turn into a valid-looking 0 through a ReLU
-            first, second = (x, y) if e.op == "max" else (y, x)
-            bools = _vec(sc.width, "i1") if x.vector else "i1"
-            less = sc.emit(f"fcmp olt {first}, {second.ref}", bools)
-            return sc.emit(f"select {less}, {second}, {first}" if e.op == "max"
-                           else f"select {less}, {first}, {second}", x.ty)
+            return _FloatOps(self, x, sc).pick(e.op, x, y)
         if isinstance(e, A.Call) and e.func == "erf":
             return self._erf(self.value(e.args[0], sc, mask), sc)
         raise NotImplementedError(f"value expression {e!r}")
@@ -616,7 +610,7 @@ class _Emitter:
     _LN2_HI, _LN2_LO = 0.693145751953125, 1.428606765330187e-06  # ln 2 = hi + lo, hi exact
 
     def _exp(self, x: _V, f: "_FloatOps") -> _V:
-        x = f.select_less(x, -87.0)  # e^-87 is float32's smallest normal: no denormal scale
+        x = f.pick("max", x, f.const(-87.0))  # e^-87 is float32's smallest normal: no denormal scale
         n = f.intrinsic("rint", f.op("fmul", x, f.const(1.4426950408889634)))
         r = f.op("fsub", f.op("fsub", x, f.op("fmul", n, f.const(self._LN2_HI))),
                  f.op("fmul", n, f.const(self._LN2_LO)))
@@ -768,12 +762,14 @@ class _FloatOps:
             out = self.op("fadd", self.op("fmul", out, x), self.const(c))
         return out
 
-    def select_less(self, x: _V, floor: float) -> _V:
-        """max(x, floor) by a compare and select (a NaN stays NaN)."""
-        lo = self.const(floor)
+    def pick(self, op: str, x: _V, y: _V) -> _V:
+        """max(x, y) or min(x, y) by a compare and a select, no fast-math, so a NaN in x stays
+        NaN: an output never written must not turn into a valid-looking 0 through a ReLU."""
+        first, second = (x, y) if op == "max" else (y, x)
         bools = _vec(self.sc.width, "i1") if self.vector else "i1"
-        less = self.sc.emit(f"fcmp olt {x}, {lo.ref}", bools)
-        return self.sc.emit(f"select {less}, {lo}, {x}", self.ty)
+        less = self.sc.emit(f"fcmp olt {first}, {second.ref}", bools)
+        return self.sc.emit(f"select {less}, {second}, {first}" if op == "max"
+                            else f"select {less}, {first}, {second}", self.ty)
 
     def power_of_two(self, n: _V) -> _V:
         """2^n for an integral float n in float32's normal range, from the exponent bits."""
