@@ -13,11 +13,26 @@ def add_parser(sub: Any, positive: Any, non_negative: Any) -> None:
     dsub = d.add_subparsers(dest="action", required=True, parser_class=type(d))
     c = dsub.add_parser("collect", help="measure configs of workloads into a records database "
                         "(resumable: configs this device measured before are skipped)")
-    c.add_argument("workloads", nargs="+", metavar="WORKLOAD",
+    c.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                    help="registered names (conv2d-C6) or shapes (matmul:333,517,129)")
-    c.add_argument("--target", default="cpu")
-    c.add_argument("--configs", type=positive, required=True, metavar="N",
-                   help="random: N configs besides the reference schedule; agent: N trials")
+    c.add_argument("--target", default=None, help="cpu (default), llvm, opencl or cuda; with "
+                   "--suite: the suite's")
+    c.add_argument("--configs", type=positive, metavar="N",
+                   help="random: N configs besides the reference schedule; agent: N trials "
+                   "(without --suite)")
+    c.add_argument("--suite", help="collect over a leaderboard suite's tasks (corpus-train-cpu, "
+                   "corpus-test-cpu, ...) in rounds until --time-budget is spent; resumable")
+    c.add_argument("--time-budget", metavar="DURATION",
+                   help="with --suite: how long to collect (2h, 90m, 1h30m, seconds)")
+    c.add_argument("--chunk", type=positive, default=32, metavar="N",
+                   help="with --suite: random configs and agent trials per task and round")
+    c.add_argument("--parts", default="random,agent",
+                   help="with --suite: what each round measures (random, agent or both)")
+    c.add_argument("--early-stop", type=float, default=4.0, metavar="RATIO",
+                   help="with --suite: stop timing a kernel surely RATIO x slower than the "
+                   "task's best (0: off); such records are flagged early_stop")
+    c.add_argument("--rounds", type=non_negative, default=0,
+                   help="with --suite: stop after this many rounds (0: only the budget)")
     c.add_argument("--strategy", choices=("random", "agent"), default="random")
     c.add_argument("--agent", default="xgb", help="the agent of --strategy agent")
     c.add_argument("--db", required=True, help="records database to write")
@@ -69,6 +84,18 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..errors import TensorGymError
+
+    if args.suite is not None:
+        return _campaign(args)
+    if args.time_budget is not None:
+        raise TensorGymError("--time-budget goes with --suite; without it, --configs says how "
+                             "many configs each workload gets")
+    if not args.workloads or args.configs is None:
+        raise TensorGymError("dataset collect needs WORKLOAD names and --configs N, or "
+                             "--suite NAME --time-budget DURATION")
+    args.target = args.target or "cpu"
+
     from .collection import collect
 
     reports = collect(args.workloads, args.target, args.configs, args.strategy, args.db,
@@ -81,6 +108,48 @@ def _collect(args: argparse.Namespace) -> int:
             print(f"{r.workload} ({r.strategy}) on {r.device}: {r.measured} measured "
                   f"({r.failures} failed), {r.skipped} already in {args.db}, "
                   f"{r.seconds:.1f}s; best {r.best_gflops:.2f} GFLOP/s", file=sys.stdout)
+    return 0
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ..errors import TensorGymError
+    from ..leaderboard.suites import get_suite
+    from .campaign import Campaign, parse_duration
+
+    if args.workloads or args.configs is not None:
+        raise TensorGymError("--suite takes its tasks from the suite: give no WORKLOAD and no "
+                             "--configs (--chunk sizes a round)")
+    if args.time_budget is None:
+        raise TensorGymError("--suite needs --time-budget DURATION (2h, 90m, seconds)")
+    budget = parse_duration(args.time_budget)
+    suite = get_suite(args.suite)
+    targets = {t for _, t in suite.tasks}
+    target = args.target or (targets.pop() if len(targets) == 1 else None)
+    if target is None:
+        raise TensorGymError(f"suite {suite.name} spans targets {sorted(targets)}; pick one "
+                             "with --target")
+    works = [w for w, t in suite.tasks if t == target]
+    if not works:
+        raise TensorGymError(f"suite {suite.name} has no task on {target}; its targets: "
+                             f"{', '.join(sorted({t for _, t in suite.tasks}))}")
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    with Campaign(works, args.db, target=target, chunk=args.chunk, parts=parts,
+                  early_stop=args.early_stop, threads=args.threads, seed=args.seed,
+                  ray=args.ray, agent=args.agent) as campaign:
+        report = campaign.run(budget, max_rounds=args.rounds,
+                              progress=not (args.no_progress or args.json))
+    if args.json:
+        print(json.dumps({**asdict(report), "records_per_second": report.records_per_second}))
+    else:
+        covered = sum(n > 0 for n in report.per_task.values())
+        print(f"{suite.name} on {report.device}: {report.measured} records measured "
+              f"({report.failures} failed) in {report.seconds:.0f} s, "
+              f"{report.records_per_second:.2f} records/s, {report.rounds} round(s)"
+              f"{' until the budget ran out' if report.stopped_by_budget else ''}; "
+              f"{sum(report.per_task.values())} records over {covered} of "
+              f"{len(report.per_task)} tasks in {args.db}")
     return 0
 
 

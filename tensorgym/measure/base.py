@@ -41,6 +41,9 @@ class MeasureOptions:
     target_cv: float = 0.05  # coefficient of variation a measurement aims for
     stop_slower_than: float = 0.0  # seconds; stop timing once a kernel is surely slower (0: off)
     early_stop: float = 0.0  # ratio; also stop once slower than this x the batch's fastest (0: off)
+    # stop a first run that outlasts its bound by killing the worker (an unchecked lower bound);
+    # False: every kernel's first run ends and is checked, as a dataset wants
+    stop_first_run: bool = True
     confirm_repeat: int = 10  # samples of a confirmation (``Measurer.confirm``)
     confirm_min_repeat_ms: float = 10.0  # and their least length
     calibrate: bool = True  # time a calibration kernel around each timing phase (drift)

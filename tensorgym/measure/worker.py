@@ -104,8 +104,9 @@ def contends(fastest: float, opts) -> bool:
 def first_run_limit(opts, start: str = "spawn") -> float:
     """Seconds after which the parent stops a kernel's first run by killing the worker (0:
     never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S of how
-    a new worker starts (``start``), since a new worker costs about that much."""
-    if opts.stop_slower_than <= 0:
+    a new worker starts (``start``), since a new worker costs about that much; never with
+    ``stop_first_run`` off."""
+    if opts.stop_slower_than <= 0 or not getattr(opts, "stop_first_run", True):
         return 0.0
     return max(COLD_MARGIN * opts.stop_slower_than, opts.min_repeat_ms / 1e3, KILL_AFTER_S[start])
 
