@@ -1,4 +1,4 @@
-"""``tensorgym dataset collect | export | import | info`` (registered by ``tensorgym/cli.py``)."""
+"""``tensorgym dataset collect | export | import | info | fit-world | evaluate`` (registered by ``tensorgym/cli.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -52,6 +52,9 @@ def add_parser(sub: Any, positive: Any, non_negative: Any) -> None:
                         "database")
     i.add_argument("source", help="FILE.parquet, FILE.jsonl or a records database")
     i.add_argument("--db", required=True)
+    from .world.cli import add_parsers as add_world_parsers
+
+    add_world_parsers(dsub)
     s = dsub.add_parser("info", help="workloads, configs, devices, best and failure rate")
     s.add_argument("path", help="a records database or an export")
     s.add_argument("--json", action="store_true")
@@ -62,6 +65,10 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
     if args.action == "collect":
         return _collect(args)
+    if args.action in ("fit-world", "evaluate"):
+        from .world.cli import cmd_world
+
+        return cmd_world(args)
     if args.action == "export":
         n = Dataset.load(args.db).export(args.out)
         print(f"{n} records written to {args.out}")
