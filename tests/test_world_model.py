@@ -232,7 +232,7 @@ def test_fit_predict_save_load(family, small, tmp_path):
     assert metrics.spearman(pred, held.seconds[ok]) > 0.3
 
 
-def test_relation_features_and_bad_family(tmp_path):
+def test_bad_family_and_model_dir(tmp_path):
     with pytest.raises(TensorGymError, match="regression"):
         WorldModel.fit([], "xgb-rank")
     with pytest.raises(TensorGymError, match="no world model"):
@@ -293,3 +293,25 @@ def test_command_errors(small, tmp_path):
     Dataset([]).to_records(empty)
     rc, out, err = cli(["dataset", "fit-world", str(empty), "--out", str(tmp_path / "m")])
     assert rc == 1 and "no records" in err
+
+
+@needs_reference
+def test_relation_features_option(reference):
+    from tensorgym.features import featurize
+
+    keep = {C3, MM}
+    data = Dataset([r for r in reference.records if r.workload_key in keep][::4])
+    tasks = task_samples(data, test_keys=[MM])
+    wm = WorldModel.fit(tasks, "lgbm", features="relation", seed=0)
+    try:
+        w = get_workload(C3)
+        space = space_for(w, "cpu")
+        idx = np.arange(5) * 1000
+        X = wm.inputs(w, "cpu", idx)
+        want = featurize(w, [space.get(int(i)) for i in idx], "relation")
+        assert X.shape == (5, N_DESCRIPTOR + want.shape[1])
+        np.testing.assert_array_equal(X[:, N_DESCRIPTOR:], want)
+        np.testing.assert_array_equal(X[:, :N_DESCRIPTOR], np.tile(describe(w, "cpu"), (5, 1)))
+        assert (wm.predict_indices(w, "cpu", idx).seconds > 0).all()
+    finally:
+        wm.close()
