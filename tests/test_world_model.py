@@ -315,3 +315,30 @@ def test_relation_features_option(reference):
         assert (wm.predict_indices(w, "cpu", idx).seconds > 0).all()
     finally:
         wm.close()
+
+
+@pytest.mark.parametrize("workload,target", SPACES[:6], ids=lambda x: getattr(x, "key", x))
+def test_knob_features_are_the_knobs_by_name_and_their_level_sums(workload, target):
+    from tensorgym.dataset.world.encode import (ALIASES, KNOB_NAMES, KNOB_WIDTH, N_KNOB_FEATURES,
+                                                KnobEncoder)
+
+    space = space_for(workload, target)
+    reduce_axes = tuple(ax.name for ax in workload.output.op.reduce_axes)
+    enc = KnobEncoder(space, reduce_axes)
+    idx = np.random.default_rng(5).integers(0, space.size, 50)
+    got = enc(idx)
+    base = len(KNOB_NAMES) * KNOB_WIDTH
+    for row, i in zip(got, idx):
+        config = space.get(int(i))
+        flat = encode_config(space, config)
+        want = np.zeros(N_KNOB_FEATURES, np.float64)
+        for k, knob in enumerate(space.knobs):
+            at = KNOB_NAMES.index(ALIASES.get(knob.name, knob.name)) * KNOB_WIDTH
+            want[at:at + KNOB_WIDTH] = flat[k * KNOB_WIDTH:(k + 1) * KNOB_WIDTH]
+            if knob.kind == "split":
+                factors = config.values[knob.name]
+                reduce = knob.name[5:] in reduce_axes
+                at, levels = (base + 4, 3) if reduce else (base, 4)
+                for j, f in enumerate(reversed(factors[-levels:])):
+                    want[at + j] += np.log2(f)
+        np.testing.assert_allclose(row, want, rtol=1e-6, atol=1e-6)

@@ -36,33 +36,11 @@ class ConfigEncoder:
                              "not fit int64")
         self.space = space
         self.size = space.size
-        knob_rows = [_knob_rows(knob) for knob in space.knobs]
         # runs of knobs [a, b), last first: (a, b, product of sizes, table (product, width))
-        self.runs: list[tuple[int, int, int, np.ndarray]] = []
-        b = len(space.knobs)
-        while b > 0:
-            a, rows = b - 1, knob_rows[b - 1]
-            while a > 0 and len(rows) * len(knob_rows[a - 1]) <= CHUNK_ROWS:
-                a -= 1
-                prev = knob_rows[a]  # outer knob: its choice varies slowest within the run
-                rows = np.concatenate([np.repeat(prev, len(rows), axis=0),
-                                       np.tile(rows, (len(prev), 1))], axis=1)
-            self.runs.append((a, b, len(rows), np.ascontiguousarray(rows, np.float32)))
-            b = a
-
-    def check(self, indices: np.ndarray) -> np.ndarray:
-        """``indices`` as a flat int64 array, each in [0, space.size); else ``ValueError``."""
-        idx = np.asarray(indices)
-        if idx.dtype.kind not in "iu":
-            raise ValueError(f"config indices must be integers, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64, copy=False).reshape(-1)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.size):
-            raise ValueError(f"config indices out of range [0, {self.size}) of space "
-                             f"{self.space.label}")
-        return idx
+        self.runs = _runs([_knob_rows(knob) for knob in space.knobs], "concatenate")
 
     def __call__(self, indices: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
-        rest = self.check(indices)
+        rest = check_indices(self.space, indices)
         n = len(rest)
         if out is None:
             out = np.zeros((n, N_CONFIG), np.float32)
@@ -73,6 +51,39 @@ class ConfigEncoder:
                 code = rest
             out[:, a * KNOB_WIDTH:b * KNOB_WIDTH] = np.take(table, code, axis=0)
         return out
+
+
+def check_indices(space: ConfigSpace, indices: np.ndarray) -> np.ndarray:
+    """``indices`` as a flat int64 array, each in [0, space.size); else ``ValueError``."""
+    idx = np.asarray(indices)
+    if idx.dtype.kind not in "iu":
+        raise ValueError(f"config indices must be integers, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= space.size):
+        raise ValueError(f"config indices out of range [0, {space.size}) of space "
+                         f"{space.label}")
+    return idx
+
+
+def _runs(knob_rows: list[np.ndarray], how: str) -> list[tuple[int, int, int, np.ndarray]]:
+    """Cut the knobs, from the last, into runs [a, b) of at most ``CHUNK_ROWS`` combinations;
+    each run's table has a row per combination (the run's last knob varying fastest): its
+    knobs' rows side by side (``how="concatenate"``) or added up (``"add"``)."""
+    runs = []
+    b = len(knob_rows)
+    while b > 0:
+        a, rows = b - 1, knob_rows[b - 1]
+        while a > 0 and len(rows) * len(knob_rows[a - 1]) <= CHUNK_ROWS:
+            a -= 1
+            prev = knob_rows[a]  # the outer knob: its choice varies slowest within the run
+            if how == "concatenate":
+                rows = np.concatenate([np.repeat(prev, len(rows), axis=0),
+                                       np.tile(rows, (len(prev), 1))], axis=1)
+            else:
+                rows = (prev[:, None, :] + rows[None, :, :]).reshape(-1, rows.shape[1])
+        runs.append((a, b, len(rows), np.ascontiguousarray(rows, np.float32)))
+        b = a
+    return runs
 
 
 def _knob_rows(knob) -> np.ndarray:
@@ -87,18 +98,90 @@ def _knob_rows(knob) -> np.ndarray:
     return rows
 
 
+# The knob features: knobs by name, whatever their position in the space (the names of every
+# template; the packing knobs of every op are one), then sums over the split knobs of log2 of
+# their factors, level by level from the innermost: spatial axes' (the register tile, ...) and
+# reduction axes'.
+KNOB_NAMES = ("tile_b", "tile_g", "tile_oc", "tile_oh", "tile_ow", "tile_i", "tile_j",
+              "tile_rc", "tile_ry", "tile_rx", "tile_rk", "reorder", "vectorize",
+              "unroll_max_step", "parallel", "cache_write", "inline_pad", "vector_axis", "pack",
+              "auto_unroll_max_step", "unroll_explicit", "vec_load")
+ALIASES = {"pack_weight": "pack", "pack_b": "pack", "pack_w": "pack"}
+SPATIAL_LEVELS, REDUCE_LEVELS = 4, 3
+KNOB_FEATURE_NAMES = (
+    tuple(f"{n}_{c}" for n in KNOB_NAMES for c in ("choice",) + tuple(f"v{i}" for i in
+                                                                      range(MAX_VALUES)))
+    + tuple(f"log2_spatial_level{j}" for j in range(SPATIAL_LEVELS))
+    + tuple(f"log2_reduce_level{j}" for j in range(REDUCE_LEVELS)))
+N_KNOB_FEATURES = len(KNOB_FEATURE_NAMES)
+
+
+class KnobEncoder:
+    """``encoder(indices) -> (n, N_KNOB_FEATURES) float32``: the knob features (``KNOB_NAMES``:
+    each knob's ``encode_config`` columns at its name's place; then the level sums) of the
+    configs of ``indices``. ``reduce_axes``: the names of the workload's reduction axes (their
+    split knobs are ``tile_<name>``)."""
+
+    def __init__(self, space: ConfigSpace, reduce_axes: "tuple[str, ...]" = ()) -> None:
+        self.space = space
+        self.size = space.size
+        if space.size >= 2 ** 63:
+            raise ValueError(f"space {space.label} has {space.size:.3g} configs: its indices do "
+                             "not fit int64")
+        base = len(KNOB_NAMES) * KNOB_WIDTH
+        rows = []
+        for knob in space.knobs:
+            full = np.zeros((knob.size, N_KNOB_FEATURES), np.float64)
+            name = ALIASES.get(knob.name, knob.name)
+            if name in KNOB_NAMES:
+                at = KNOB_NAMES.index(name) * KNOB_WIDTH
+                full[:, at:at + KNOB_WIDTH] = _knob_rows(knob)
+            if knob.kind == "split":
+                reduce = knob.name.startswith("tile_") and knob.name[5:] in reduce_axes
+                at, levels = (base + SPATIAL_LEVELS, REDUCE_LEVELS) if reduce else \
+                    (base, SPATIAL_LEVELS)
+                for c, factors in enumerate(knob.options):
+                    for j, f in enumerate(reversed(factors[-levels:])):
+                        full[c, at + j] = np.log2(f)
+            rows.append(full)
+        self.runs = _runs(rows, "add")
+
+    def __call__(self, indices: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        rest = check_indices(self.space, indices)
+        n = len(rest)
+        if out is None:
+            out = np.zeros((n, N_KNOB_FEATURES), np.float32)
+        else:
+            out[:] = 0.0
+        for _, _, radix, table in self.runs:
+            if len(self.runs) > 1:
+                rest, code = np.divmod(rest, radix)
+            else:
+                code = rest
+            out += np.take(table, code, axis=0)
+        return out
+
+
 class EncoderCache:
     """Encoders by space key (or name, for a hand-made space): the tables of a space are built
     on its first batch."""
 
     def __init__(self) -> None:
         self._encoders: dict[str, ConfigEncoder] = {}
+        self._knobs: dict[str, KnobEncoder] = {}
 
     def get(self, space: ConfigSpace) -> ConfigEncoder:
         key = space.label
         enc = self._encoders.get(key)
         if enc is None:
             enc = self._encoders[key] = ConfigEncoder(space)
+        return enc
+
+    def knobs(self, space: ConfigSpace, reduce_axes: "tuple[str, ...]" = ()) -> KnobEncoder:
+        key = space.label
+        enc = self._knobs.get(key)
+        if enc is None:
+            enc = self._knobs[key] = KnobEncoder(space, reduce_axes)
         return enc
 
 
@@ -110,4 +193,5 @@ def encode_indices(space: ConfigSpace, indices: np.ndarray,
     return encoder(indices)
 
 
-__all__ = ["ConfigEncoder", "EncoderCache", "encode_indices", "N_CONFIG"]
+__all__ = ["ConfigEncoder", "EncoderCache", "KNOB_FEATURE_NAMES", "KnobEncoder", "N_CONFIG",
+           "N_KNOB_FEATURES", "encode_indices"]

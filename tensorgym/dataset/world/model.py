@@ -33,11 +33,11 @@ from ...templates import space_for
 from ...workloads import Workload, get_workload
 from . import models
 from .descriptor import N_DESCRIPTOR, describe
-from .encode import N_CONFIG, EncoderCache
+from .encode import N_CONFIG, N_KNOB_FEATURES, EncoderCache
 from .samples import TaskSamples
 
 FEATURE_VERSION = 1  # bump when a descriptor or encoding column changes meaning
-FEATURES = ("config", "relation")
+FEATURES = ("config", "knobs", "relation")
 DEFAULT_FAMILY = "xgb"
 MANIFEST = "manifest.json"
 SCHEMA = "tensorgym-world-model"
@@ -67,6 +67,7 @@ class _Task:
     space: ConfigSpace
     descriptor: np.ndarray
     log_flops: float
+    reduce_axes: tuple[str, ...]
 
 
 class WorldModel:
@@ -94,7 +95,8 @@ class WorldModel:
         if t is None:
             w = get_workload(workload)
             t = self._tasks[key] = _Task(w, space_for(w, target), describe(w, target),
-                                         float(np.log(w.flops)))
+                                         float(np.log(w.flops)),
+                                         tuple(ax.name for ax in w.output.op.reduce_axes))
         return t
 
     def inputs(self, workload: "Workload | str", target: str, indices: np.ndarray) -> np.ndarray:
@@ -104,6 +106,9 @@ class WorldModel:
         if self.features == "config":
             X = np.zeros((indices.size, N_DESCRIPTOR + N_CONFIG), np.float32)
             self._encoders.get(t.space)(indices, out=X[:, N_DESCRIPTOR:])
+        elif self.features == "knobs":
+            X = np.zeros((indices.size, N_DESCRIPTOR + N_KNOB_FEATURES), np.float32)
+            self._encoders.knobs(t.space, t.reduce_axes)(indices, out=X[:, N_DESCRIPTOR:])
         else:
             configs = [t.space.get(int(i)) for i in indices.reshape(-1)]
             rows = self._relation(t.workload, configs)
@@ -186,8 +191,7 @@ class WorldModel:
             fail.append(s.fail)
             noise.append(np.log(np.maximum(s.noise, NOISE_FLOOR)))
             groups.append(np.full(len(s), g, np.int64))
-        width = N_DESCRIPTOR + (N_CONFIG if self.features == "config" else
-                                (Xs[0].shape[1] - N_DESCRIPTOR if Xs else 0))
+        width = Xs[0].shape[1] if Xs else N_DESCRIPTOR
         cat = (lambda parts, dt=np.float64: np.concatenate(parts) if parts
                else np.zeros(0, dt))
         out = {"X": np.concatenate(Xs) if Xs else np.zeros((0, width), np.float32),
