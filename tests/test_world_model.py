@@ -342,3 +342,18 @@ def test_knob_features_are_the_knobs_by_name_and_their_level_sums(workload, targ
                 for j, f in enumerate(reversed(factors[-levels:])):
                     want[at + j] += np.log2(f)
         np.testing.assert_allclose(row, want, rtol=1e-6, atol=1e-6)
+
+
+@needs_reference
+def test_fit_world_auto_keeps_the_family_that_ranks_held_out_configs_best(reference, tmp_path):
+    tiny = tmp_path / "tiny.jsonl"
+    Dataset([r for r in reference.records if r.workload_key in (C3, MM)][::3]).export(tiny)
+    rc, out, err = cli(["dataset", "fit-world", str(tiny), "--out", str(tmp_path / "m"),
+                        "--model", "auto", "--features", "knobs", "--json"])
+    assert rc == 0, err
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    compared = manifest["compared"]
+    assert [e["model"] for e in compared] == ["xgb", "lgbm", "mlp"]
+    best = max(compared, key=lambda e: (e["heldout"]["pairwise"], e["heldout"]["spearman"]))
+    assert manifest["family"] == best["model"] == json.loads(out)["family"]
+    assert manifest["features"] == "knobs"
