@@ -42,7 +42,7 @@ DEFAULT_FAMILY = "xgb"
 MANIFEST = "manifest.json"
 SCHEMA = "tensorgym-world-model"
 NOISE_FLOOR = 1e-4
-HEAD_ROUNDS = 150  # boosting rounds of the failure and noise heads
+HEAD_ROUNDS = 100  # boosting rounds of the failure and noise heads
 
 
 @dataclass(frozen=True)

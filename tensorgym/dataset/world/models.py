@@ -29,9 +29,9 @@ REGRESSORS = ("xgb", "lgbm", "mlp")
 RANKERS = ("xgb-rank", "lgbm-rank")
 FAMILIES = REGRESSORS + RANKERS
 
-XGB_PARAMS = {"tree_method": "hist", "max_depth": 8, "eta": 0.05, "subsample": 0.8,
+XGB_PARAMS = {"tree_method": "hist", "max_depth": 8, "eta": 0.1, "subsample": 0.8,
               "colsample_bytree": 0.8, "min_child_weight": 2, "nthread": 1}
-XGB_ROUNDS = 400
+XGB_ROUNDS = 200
 LGBM_PARAMS = {"learning_rate": 0.05, "num_leaves": 63, "min_data_in_leaf": 10,
                "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
                "num_threads": 1, "deterministic": True, "force_row_wise": True, "verbose": -1}
