@@ -202,12 +202,13 @@ def test_holdout_is_seeded_and_per_task(reference):
 # ---------------------------------------------------------------- fit, predict, save, load
 
 @needs_reference
-@pytest.mark.parametrize("family", ["xgb", "lgbm", "mlp"])
-def test_fit_predict_save_load(family, small, tmp_path):
+@pytest.mark.parametrize("family,features", [("xgb", "knobs"), ("lgbm", "knobs"),
+                                             ("mlp", "knobs"), ("xgb", "config")])
+def test_fit_predict_save_load(family, features, small, tmp_path):
     data = Dataset.load(small)
     tasks = task_samples(data, test_keys=[MM])
     fit, _, _ = split_samples(tasks, 0)
-    wm = WorldModel.fit(fit, family, seed=0)
+    wm = WorldModel.fit(fit, family, features, seed=0)
     w = get_workload(C6)
     space = space_for(w, "cpu")
     idx = np.random.default_rng(3).integers(0, space.size, 257)
@@ -222,8 +223,8 @@ def test_fit_predict_save_load(family, small, tmp_path):
     for a, b in ((p.seconds, q.seconds), (p.p_fail, q.p_fail), (p.spread, q.spread)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
-    assert manifest["family"] == family and manifest["features"] == "config"
-    again = WorldModel.fit(fit, family, seed=0).predict_indices(w, "cpu", idx)
+    assert manifest["family"] == family and manifest["features"] == features
+    again = WorldModel.fit(fit, family, features, seed=0).predict_indices(w, "cpu", idx)
     np.testing.assert_array_equal(again.seconds, p.seconds)  # deterministic given the seed
     # it learns: held-out configs of a train task rank better than chance
     held = split_samples(tasks, 0)[1][0]

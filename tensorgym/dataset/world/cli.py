@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .models import FAMILIES, REGRESSORS
-from .model import DEFAULT_FAMILY, FEATURES
+from .model import DEFAULT_FAMILY, DEFAULT_FEATURES, FEATURES
 from .samples import HOLDOUT
 
 
@@ -21,10 +21,10 @@ def _share(text: str) -> float:
 
 def _common(p: Any) -> None:
     p.add_argument("dataset", help="a records database or an export (.parquet, .jsonl)")
-    p.add_argument("--features", choices=FEATURES, default="config",
-                   help="schedule features: the vectorised config encoding (default), the "
-                   "knobs by name with their tile sums (vectorised too), or the loop-AST "
-                   "relation features (~150 us a config)")
+    p.add_argument("--features", choices=FEATURES, default=DEFAULT_FEATURES,
+                   help="schedule features: the knobs by name with their tile sums (default), "
+                   "the config encoding as it is (both vectorised), or the loop-AST relation "
+                   "features (~150 us a config)")
     p.add_argument("--seed", type=int, default=0, help="of the hold-out draw and the models")
     p.add_argument("--holdout", type=_share, default=HOLDOUT, metavar="SHARE",
                    help=f"share of each train task's configs held out (default {HOLDOUT})")

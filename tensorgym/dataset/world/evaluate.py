@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import TensorGymError
 from . import models
 from .metrics import NAMES, evaluate_tasks, spearman
-from .model import NOISE_FLOOR, WorldModel, _head
+from .model import DEFAULT_FEATURES, NOISE_FLOOR, WorldModel, _head
 from .samples import HOLDOUT, TaskSamples, split_samples
 
 
@@ -51,7 +51,7 @@ def _scores(predict: Any, parts: list[dict[str, np.ndarray]]) -> Optional[dict[s
 
 
 def compare(tasks: Sequence[TaskSamples], families: Sequence[str] = models.FAMILIES,
-            features: str = "config", seed: int = 0, holdout: float = HOLDOUT,
+            features: str = DEFAULT_FEATURES, seed: int = 0, holdout: float = HOLDOUT,
             progress: Any = None) -> list[Evaluation]:
     """Fit each of ``families`` on the fit share of the train tasks; score each on the held-out
     configs and the test tasks. The failure and noise heads (the same whatever the family) are

@@ -1,9 +1,11 @@
 """``WorldModel``: one model of every task of a device, predicting for (workload, target, config)
 the run time, the probability that the config fails and the noise of its timing samples.
 
-Inputs: the workload's descriptor (``descriptor.py``), then the schedule's features:
-``features="config"`` (default) the raw config encoding (``encode.py``, vectorised: a whole batch
-of config indices at once), or ``features="relation"`` the loop-AST "relation" features
+Inputs: the workload's descriptor (``descriptor.py``), then the schedule's features (``FEATURES``):
+``"knobs"`` (``DEFAULT_FEATURES``) the config encoding's numbers placed by knob name, with the
+tiles' level sums (``encode.KnobEncoder``), or ``"config"`` the raw config encoding
+(``encode.ConfigEncoder``, ``encode_config``'s rows), both vectorised: a whole batch of config
+indices at once; or ``"relation"`` the loop-AST "relation" features
 (``tensorgym.features.featurize``, ~150 us a config).
 
 Heads (``samples.py`` defines the targets):
@@ -37,7 +39,8 @@ from .encode import N_CONFIG, N_KNOB_FEATURES, EncoderCache
 from .samples import TaskSamples
 
 FEATURE_VERSION = 1  # bump when a descriptor or encoding column changes meaning
-FEATURES = ("config", "knobs", "relation")
+FEATURES = ("knobs", "config", "relation")
+DEFAULT_FEATURES = "knobs"
 DEFAULT_FAMILY = "xgb"
 MANIFEST = "manifest.json"
 SCHEMA = "tensorgym-world-model"
@@ -75,7 +78,7 @@ class WorldModel:
     ``WorldModel.load(directory)``; ask with ``predict_indices(workload, target, indices)``."""
 
     def __init__(self, time: models.Model, fail: models.Model, spread: models.Model,
-                 family: str, features: str = "config",
+                 family: str, features: str = DEFAULT_FEATURES,
                  manifest: Optional[dict[str, Any]] = None) -> None:
         if features not in FEATURES:
             raise TensorGymError(f"unknown features {features!r}; use one of "
@@ -133,8 +136,8 @@ class WorldModel:
     def predict_indices(self, workload: "Workload | str", target: str,
                         indices: np.ndarray) -> Prediction:
         """The prediction for configs ``space_for(workload, target).get(i)`` of ``indices`` (a
-        1-D integer array), in one batch: no Python loop over configs (with ``features=
-        "config"``)."""
+        1-D integer array), in one batch: no Python loop over configs (with ``features``
+        ``"knobs"`` or ``"config"``)."""
         X = self.inputs(workload, target, indices)
         return self._predict(X, self._task(workload, target).log_flops)
 
@@ -158,7 +161,7 @@ class WorldModel:
 
     @classmethod
     def fit(cls, tasks: Sequence[TaskSamples], family: str = DEFAULT_FAMILY,
-            features: str = "config", seed: int = 0) -> "WorldModel":
+            features: str = DEFAULT_FEATURES, seed: int = 0) -> "WorldModel":
         """Fit the three heads on ``tasks`` (all their configs: split them first with
         ``samples.split_samples`` to keep a hold-out)."""
         if family not in models.REGRESSORS:
@@ -269,4 +272,4 @@ def _versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["DEFAULT_FAMILY", "FEATURES", "FEATURE_VERSION", "Prediction", "WorldModel"]
+__all__ = ["DEFAULT_FAMILY", "DEFAULT_FEATURES", "FEATURES", "FEATURE_VERSION", "Prediction", "WorldModel"]
