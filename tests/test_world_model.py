@@ -358,3 +358,12 @@ def test_fit_world_auto_keeps_the_family_that_ranks_held_out_configs_best(refere
     best = max(compared, key=lambda e: (e["heldout"]["pairwise"], e["heldout"]["spearman"]))
     assert manifest["family"] == best["model"] == json.loads(out)["family"]
     assert manifest["features"] == "knobs"
+
+
+@needs_reference
+def test_a_dataset_of_test_tasks_only_has_nothing_to_fit_on(small, tmp_path):
+    every = ["--test-task", C3, "--test-task", C6, "--test-task", MM]
+    rc, out, err = cli(["dataset", "evaluate", str(small), "--models", "lgbm", *every])
+    assert rc == 1 and "no train task" in err
+    rc, out, err = cli(["dataset", "fit-world", str(small), "--out", str(tmp_path / "m"), *every])
+    assert rc == 1 and "no train task" in err and not (tmp_path / "m").exists()

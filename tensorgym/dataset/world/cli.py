@@ -72,6 +72,15 @@ def _tasks(args: argparse.Namespace) -> tuple[Any, list]:
     return data, tasks
 
 
+def _need_train_tasks(args: argparse.Namespace, tasks: list) -> None:
+    from ...errors import TensorGymError
+
+    if not any(s.split == "train" for s in tasks):
+        raise TensorGymError(f"dataset {args.dataset} has no train task: all its {len(tasks)} "
+                             "tasks are test tasks (the corpus's, or --test-task); nothing to fit "
+                             "on (fit-world --all fits on every task)")
+
+
 def _describe(data: Any, tasks: list) -> dict[str, Any]:
     return {"path": str(data.path), "digest": data.digest, "records": len(data),
             "device": tasks[0].task.device,
@@ -99,6 +108,8 @@ def _fit(args: argparse.Namespace) -> int:
     from .samples import split_samples
 
     data, tasks = _tasks(args)
+    if not args.all:
+        _need_train_tasks(args, tasks)
     family, compared = args.model, None
     if family == "auto":
         compared = compare(tasks, REGRESSORS, args.features, args.seed, args.holdout,
@@ -149,6 +160,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise TensorGymError(f"unknown model famil{'ies' if len(bad) > 1 else 'y'} "
                                  f"{', '.join(bad) or '(none)'}; use {', '.join(FAMILIES)}")
         data, tasks = _tasks(args)
+        _need_train_tasks(args, tasks)
         evals = compare(tasks, families, args.features, args.seed, args.holdout,
                         _progress(args))
     info = _describe(data, tasks)

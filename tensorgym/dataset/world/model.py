@@ -45,7 +45,8 @@ DEFAULT_FAMILY = "xgb"
 MANIFEST = "manifest.json"
 SCHEMA = "tensorgym-world-model"
 NOISE_FLOOR = 1e-4
-HEAD_ROUNDS = 100  # boosting rounds of the failure and noise heads
+HEAD_ROUNDS = 60  # boosting rounds (of depth HEAD_DEPTH) of the failure and noise heads
+HEAD_DEPTH = 5
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ def _head(X: np.ndarray, y: np.ndarray, objective: str, seed: int) -> models.Mod
     """The failure or noise head: XGBoost, or a constant where ``y`` has a single value."""
     if len(y) == 0 or np.all(y == y[0]):
         return models.Constant(float(y[0]) if len(y) else 0.0)
-    return models.XGB(objective, seed, rounds=HEAD_ROUNDS, max_depth=6).fit(X, y)
+    return models.XGB(objective, seed, rounds=HEAD_ROUNDS, max_depth=HEAD_DEPTH).fit(X, y)
 
 
 def _versions() -> dict[str, str]:
