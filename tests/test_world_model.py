@@ -19,7 +19,7 @@ from tensorgym.dataset.world.descriptor import DESCRIPTOR_NAMES, N_DESCRIPTOR, d
 from tensorgym.dataset.world.encode import ConfigEncoder, EncoderCache, encode_indices
 from tensorgym.dataset.world.model import WorldModel
 from tensorgym.dataset.world.samples import holdout_mask, split_samples, task_samples
-from tensorgym.errors import TensorGymError
+from tensorgym.errors import InvalidConfigError, TensorGymError
 from tensorgym.features.config_encoding import encode_config
 from tensorgym.measure.result import spread
 from tensorgym.templates import space_for
@@ -66,7 +66,7 @@ def test_encoder_tables_are_built_once_per_space_and_indices_are_checked():
     enc = ConfigEncoder(space)
     assert enc(np.zeros(0, np.int64)).shape == (0, 80)
     for bad in (np.array([-1]), np.array([space.size]), np.array([0.5])):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidConfigError):
             enc(bad)
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 
 from ...features.config_encoding import KNOB_WIDTH, MAX_KNOBS, MAX_VALUES, N_CONFIG, _scaled
+from ...errors import InvalidConfigError
 from ...space import ConfigSpace
 
 CHUNK_ROWS = 2048  # rows of one run's table (see ConfigEncoder)
@@ -54,14 +55,15 @@ class ConfigEncoder:
 
 
 def check_indices(space: ConfigSpace, indices: np.ndarray) -> np.ndarray:
-    """``indices`` as a flat int64 array, each in [0, space.size); else ``ValueError``."""
+    """``indices`` as a flat int64 array, each in [0, space.size); else ``InvalidConfigError``
+    (a ``ValueError``)."""
     idx = np.asarray(indices)
     if idx.dtype.kind not in "iu":
-        raise ValueError(f"config indices must be integers, got dtype {idx.dtype}")
+        raise InvalidConfigError(f"config indices must be integers, got dtype {idx.dtype}")
     idx = idx.astype(np.int64, copy=False).reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= space.size):
-        raise ValueError(f"config indices out of range [0, {space.size}) of space "
-                         f"{space.label}")
+        raise InvalidConfigError(f"config indices out of range [0, {space.size}) of space "
+                                 f"{space.label}")
     return idx
 
 

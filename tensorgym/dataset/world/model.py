@@ -154,10 +154,6 @@ class WorldModel:
         spread = np.exp(self.spread.predict(X))
         return Prediction(seconds, p_fail, spread)
 
-    def predict_time_scores(self, X: np.ndarray) -> np.ndarray:
-        """The time head's raw output (log seconds per FLOP) of input rows ``X``."""
-        return self.time.predict(X)
-
     # ---------------------------------------------------------------- fitting
 
     @classmethod
