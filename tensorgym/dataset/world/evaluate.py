@@ -47,7 +47,8 @@ def _scores(predict: Any, parts: list[dict[str, np.ndarray]]) -> Optional[dict[s
     preds = [predict(p["X"]) if len(p["X"]) else np.zeros(0) for p in parts]
     # true seconds per FLOP (a task's FLOPs are one number: its ranking and time ratios are the
     # seconds'); predictions stay logs, which order the same
-    return evaluate_tasks(preds, [np.exp(p["y_time"]) for p in parts])
+    out = evaluate_tasks(preds, [np.exp(p["y_time"]) for p in parts])
+    return out if out["tasks"] else None  # no task with two timed configs: nothing scored
 
 
 def compare(tasks: Sequence[TaskSamples], families: Sequence[str] = models.FAMILIES,
