@@ -1,6 +1,7 @@
 """Datasets of measurements and replay (issue 14): collect configs' measurements into a records
 database, export them (Parquet, JSON lines), and serve them back behind the env's measurer with
-virtual time (``gym.make(..., measure="replay", dataset=PATH)``). ``docs/dataset.md`` documents
+virtual time (``gym.make(..., measure="replay", dataset=PATH)``); and the world model
+(``world/``: one model across tasks of time, failure and noise). ``docs/dataset.md`` documents
 the API. Nothing here imports pyarrow or xgboost until a Parquet file or a surrogate needs it."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ _EXPORTS = {
     "ReplayMeasurer": "replay", "ReplayMissError": "replay",
     "ON_MISS": "replay", "SOURCES": "replay",
     "collect": "collection", "CollectReport": "collection", "make_measurer": "collection",
+    "WorldModel": "world.model", "Prediction": "world.model",
 }
 
 
