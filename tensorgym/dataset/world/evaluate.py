@@ -145,7 +145,8 @@ def table(evals: Sequence[Evaluation]) -> str:
             if not m:
                 continue
             lines.append(f"{e.model:<10} {e.features:<9} {side:<8} {m['tasks']:>5} "
-                         + " ".join(f"{m[n]:>6.3f}" for n in NAMES) + f" {e.fit_seconds:>6.1f}")
+                         + " ".join(f"{m[n]:>6.3f}" for n in NAMES)
+                         + (f" {e.fit_seconds:>6.1f}" if e.fit_seconds else f" {'-':>6}"))
     for e in evals:
         if e.heads:
             lines.append("other heads: " + ", ".join(
