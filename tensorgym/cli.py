@@ -563,6 +563,11 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 def cmd_dataset(args: argparse.Namespace) -> int:
     from .dataset.cli import cmd_dataset as run
 
+    if getattr(args, "suite", None) is not None:
+        from .leaderboard.suites import get_suite
+
+        args.suite_object = get_suite(args.suite)
+
     return run(args)
 
 

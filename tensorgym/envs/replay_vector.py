@@ -28,7 +28,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..dataset import Dataset, ReplayMeasurer
+from ..dataset.data import Dataset
+from ..dataset.replay import ReplayMeasurer
 from ..errors import ErrorCode, InvalidConfigError, TensorGymError
 from ..features import feature_length
 from ..features.config_encoding import ChoiceEncoder
