@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tensorgym import registry
+from tensorgym.dataset import Dataset
 from tensorgym.errors import TensorGymError
 from tensorgym.leaderboard.harness import (device_info, device_threads, runtime_options,
                                            software_versions)
@@ -349,7 +350,7 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
     done = load_done(out, config, args.resume)
     options = RunOptions(trials=args.trials, seeds=seeds, remeasure=args.remeasure,
                          vendor=False, records=False, threads=args.threads,
-                         replay=args.dataset, on_miss=args.on_miss)
+                         replay=Dataset.load(args.dataset), on_miss=args.on_miss)
     say: Say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.verbose else (
         lambda m: None)
     docs = Path(args.docs) if args.docs else None
