@@ -48,7 +48,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
           f"({wall / max(report.trials_now, 1):.2f} s a trial)")
     print(f"estimated latency of its {len(report.tasks)} tasks (sum of weight x best): "
           f"{_ms(report.latency)}")
-    print(f"| task | weight | trials | best ms | GFLOP/s | share |\n|---|---:|---:|---:|---:|---:|")
+    print("| task | weight | trials | best ms | GFLOP/s | share |\n|---|---:|---:|---:|---:|---:|")
     for r in sorted(report.tasks, key=lambda r: -(r["share"] or 0)):
         best = f"{r['best_ms']:.4f}" if r["best_ms"] is not None else "-"
         share = f"{r['share']:.1%}" if r["share"] is not None else "-"
