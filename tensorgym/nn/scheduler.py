@@ -64,6 +64,7 @@ class TaskState:
     best: float = math.inf
     curve: list[tuple[int, float]] = field(default_factory=list)  # (trials, best) per batch
     exhausted: bool = False
+    results: list = field(default_factory=list)  # this run's trials (the prior without records)
 
     @property
     def key(self) -> str:
@@ -93,10 +94,12 @@ class ScheduleReport:
 
 class TaskScheduler:
     """Spends ``budget`` trials across ``tasks`` ((workload, weight) pairs) of ``model`` on
-    ``target``, as ``scheduler`` says (module docstring); records go to ``db``."""
+    ``target``, as ``scheduler`` says (module docstring); records go to ``db`` (None: none, as
+    on replay, where ``measurer`` is a ``ReplayMeasurer``: each task's prior is then the trials
+    of this run)."""
 
     def __init__(self, model: str, tasks: Sequence[tuple["str | Workload", int]],
-                 db: "str | os.PathLike | Records", budget: int, target: str = "cpu",
+                 db: "str | os.PathLike | Records | None", budget: int, target: str = "cpu",
                  scheduler: str = "gradient", batch: int = 16, agent: str = "xgb",
                  seed: int = 0, threads: int = 0, ray: "str | bool | None" = None,
                  measurer: Optional[Measurer] = None) -> None:
@@ -111,15 +114,16 @@ class TaskScheduler:
         self.model, self.scheduler, self.budget, self.batch = model, scheduler, budget, batch
         self.target = canonical_target(target)
         self.agent, self.seed = agent, seed
-        self.records = db if isinstance(db, Records) else Records(db)
+        self.records = db if isinstance(db, Records) or db is None else Records(db)
         self._own_records = self.records is not db
         self._own_measurer = measurer is None
         self.measurer = measurer or make_measurer(self.target, num_threads=threads, ray=ray)
         self.rng = np.random.default_rng(seed)
         self.tasks = [TaskState(get_workload(w), int(n)) for w, n in tasks]
-        self.records.restore_unsaved()
-        for t in self.tasks:
-            self._load(t)
+        if self.records is not None:
+            self.records.restore_unsaved()
+            for t in self.tasks:
+                self._load(t)
 
     # ---------------------------------------------------------------- the schedule
 
@@ -141,11 +145,7 @@ class TaskScheduler:
                 task = self.next_task()
                 if task is None:  # every space measured whole
                     break
-                n = min(self.batch, self.budget - self.spent)
-                got = self._tune(task, n, bar)
-                if got == 0:
-                    task.exhausted = True
-                task.curve.append((task.trials, task.best))
+                self.step_task(task, min(self.batch, self.budget - self.spent), bar)
                 curve.append((self.spent, self.latency()))
                 bar.set_postfix_str(f"est. latency {_ms(self.latency())}", refresh=False)
         finally:
@@ -182,31 +182,44 @@ class TaskScheduler:
             forward = min(forward, BETA * t.workload.flops / max(speeds) - t.best)
         return -t.weight * (ALPHA * backward + (1 - ALPHA) * forward)
 
+    def step_task(self, t: TaskState, n: int, bar: Any = None) -> int:
+        """Tune ``t`` for ``n`` more trials; returns the trials spent (0: its space is spent,
+        and the task is marked exhausted)."""
+        got = self._tune(t, n, bar)
+        if got == 0:
+            t.exhausted = True
+        t.curve.append((t.trials, t.best))
+        return got
+
     # ---------------------------------------------------------------- internals
 
     def _tune(self, t: TaskState, n: int, bar: Any) -> int:
         space = space_for(t.workload, self.target)
         task = Task(t.key, self.target, self.measurer.device)
-        prior = self.records.results(task, space)
-        session = TuningSession(t.workload, self.target, budget=n, records=self.records,
-                                use_cache=True, measurer=self.measurer)
+        prior = self.records.results(task, space) if self.records is not None else list(t.results)
+        session = TuningSession(t.workload, self.target, budget=n,
+                                records=self.records if self.records is not None else False,
+                                use_cache=self.records is not None, measurer=self.measurer)
         session.record_options = {"tune_model": {"model": self.model,
                                                  "scheduler": self.scheduler}}
 
         def step(_strategy: Any, results: list) -> None:
-            bar.update(sum(not r.cached for r in results))
+            if bar is not None:
+                bar.update(len(results))
 
         try:
             results = tune(session, registry.make(self.agent), n,
                            seed=self.seed + self.spent, prior=prior, callbacks=[step])
         finally:
             session.close()
-        fresh = [r for r in results if not r.cached]
-        t.trials += len(fresh)
-        ok = [r.median for r in fresh if r.ok]
+        # the prior holds every config measured before, so each result is a new trial (replay's
+        # answers among them, which are "cached": nothing was timed now)
+        t.trials += len(results)
+        t.results.extend(results)
+        ok = [r.median for r in results if r.ok]
         if ok:
             t.best = min(t.best, min(ok))
-        return len(fresh)
+        return len(results)
 
     def _load(self, t: TaskState) -> None:
         """Trials this model's runs spent on ``t`` and its best, from the database."""
@@ -226,7 +239,7 @@ class TaskScheduler:
     def close(self) -> None:
         if self._own_measurer:
             self.measurer.close()
-        if self._own_records:
+        if self._own_records and self.records is not None:
             self.records.close()
 
     def __enter__(self) -> "TaskScheduler":
