@@ -186,7 +186,7 @@ def test_registered_ids_take_edit_mode():
     assert obs.shape == (feature_length("config") + DESCRIPTOR_LENGTH,)
     u = env.unwrapped
     np.testing.assert_array_equal(obs[-DESCRIPTOR_LENGTH:], workload_descriptor(u.workload, "cpu"))
-    assert env.action_space.n == len(u._moves) and u.action_masks().shape == (env.action_space.n,)
+    assert env.action_space.n == len(u.moves) and u.action_masks().shape == (env.action_space.n,)
 
 
 # ---------------------------------------------------------------- the env on replay
@@ -230,7 +230,7 @@ def test_replay_episode_rewards_are_log_speedups_over_the_previous_schedule(repl
     previous, current, ret = u.session.reference_seconds, u.session.reference_config, 0.0
     for t in range(6):
         a = _valid_action(env, rng)
-        move = u._moves.moves[a]
+        move = u.moves[a]
         obs, r, term, trunc, info = env.step(a)
         assert env.observation_space.contains(obs) and not trunc and term == (t == 5)
         assert info["trials"] == t + 1 and info["edit"] == {"knob": move.name,

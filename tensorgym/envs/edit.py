@@ -24,7 +24,8 @@ Two neighbourhoods (``EDIT_MOVES``):
   ``inward`` moves a prime factor from level ``i`` to level ``i + 1``, ``outward`` from level
   ``i + 1`` to level ``i`` (the smallest prime of the source level whose move gives an option of
   the knob; invalid where none does). Each move keeps the product and changes two factors by one
-  prime: a tiling's true neighbours, where sorted order can jump. A split knob of 2 levels has 2
+  prime: a tiling's true neighbours, where sorted order can jump. Every tiling of a knob is
+  reachable from every other (checked for every registered workload's CPU and GPU spaces). A split knob of 2 levels has 2
   moves either way; the action space stays fixed for a space (``len(moves)``), a little larger
   than ``2 * n_knobs`` where a template splits an axis in 3 or 4.
 """

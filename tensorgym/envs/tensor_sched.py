@@ -87,6 +87,23 @@ class TensorSchedEnv(gym.Env):
       Python or NumPy int, or a 0-d integer array) or is out of range for the knob to set sets
       nothing, returns ``failure_reward`` with ``info["error"] == "INVALID_ACTION"`` (the reason
       in ``info["error_msg"]``), and counts toward ``max_invalid_actions`` per episode.
+    * ``action_mode="edit"``: a walk over schedules, one knob at a time. An episode starts from
+      ``start``: ``"reference"`` (default: ``templates.default_config``), ``"seed"`` (one of the
+      template's hand-derived seed schedules, ``templates.seeds``, the reference left out; the
+      reference where the template has none) or ``"random"`` (uniform over the space), drawn
+      with the env's RNG (``reset(seed=...)``); ``reset(options={"start": ...})`` overrides it
+      for one episode, and reset's ``info`` gives ``start`` and the start's ``config``. A step
+      moves one knob of the current schedule to a neighbouring option and measures the result
+      (one trial). ``edit_moves="step"`` (default): ``Discrete(2 * n_knobs)``, action ``2k``
+      moves knob ``k`` to its previous option, ``2k + 1`` to its next, in the knob's option
+      order (for a split knob, the next factorization in sorted order). ``edit_moves="factor"``:
+      a split knob of ``L`` levels gets ``2 (L - 1)`` moves instead, each moving one prime factor
+      between two adjacent levels (``inward`` / ``outward``); ``tensorgym.envs.edit`` documents
+      both neighbourhoods and ``env.unwrapped.moves`` lists the moves in action order.
+      ``action_masks()`` masks the moves that would leave a knob's options. **Invalid actions
+      get** ``failure_reward`` as in knob mode (a masked move, an out-of-range one, not one
+      exact integer): nothing is measured, ``info["error"] == "INVALID_ACTION"``,
+      ``info["edit"]`` is None, and it counts toward ``max_invalid_actions``.
     No exception other than a ``TensorGymError`` subclass leaves ``step``: failures outside the
     action (measurement machinery, records database) raise ``StepError`` with the original
     exception as its cause.
@@ -99,7 +116,11 @@ class TensorSchedEnv(gym.Env):
     ``obs_mode="ast"`` gives a ``Dict`` for tree models: ``node_features`` (64 x 72: node-type
     one-hot and the loop's context vector, statement nodes in pre-order), ``parent`` (-1 for the
     root and padding) and ``mask`` (1 for real nodes), plus ``partial`` in knob mode.
-    ``reset`` observes the reference schedule.
+    ``reset`` observes the reference schedule. In ``edit`` mode the observation is the current
+    schedule's feature row (``obs_mode`` ``relation``, ``context`` or ``config``; ``ast`` is
+    refused) followed by the workload descriptor (``features.descriptor.workload_descriptor``:
+    ``DESCRIPTOR_LENGTH`` non-negative floats saying what the operator, its sizes, its cost and
+    the target are), so one policy can act across tasks.
 
     ## Rewards
     * ``log_speedup`` (default): ``log(t_ref / t)``, with ``t_ref`` the time of the reference
@@ -112,18 +133,29 @@ class TensorSchedEnv(gym.Env):
     ``failure_reward`` (default -5 for ``log_speedup``, i.e. worse than 100x slower than the
     reference; 0 for ``best_improvement``). An invalid action in ``knob`` mode gets
     ``failure_reward`` too and sets nothing. Intermediate knob steps give 0.
+    In ``edit`` mode ``log_speedup`` is the log speedup over the episode's previous schedule,
+    ``log(t_prev) - log(t_new)``, with the reference's time as the first step's ``t_prev``
+    (whatever the start: the start is not measured), so an episode's rewards add up to the log
+    speedup of its last schedule over the reference when no step fails. A new schedule that
+    fails gets ``failure_reward`` and the walk stays where it was (the current schedule and
+    ``t_prev`` do not change). ``best_improvement`` means what it means in the other modes.
+    ``info`` is config mode's plus ``info["edit"]`` (``{"knob": name, "direction": "down" |
+    "up" | "inward" | "outward"}``, and ``"levels"`` for a factor move) and
+    ``info["previous_runtime"]`` (the ``t_prev`` of the step).
 
     ## Episode End
-    Terminates when ``budget`` trials have been measured. In ``knob`` mode the episode is
-    truncated by the step whose invalid action is the episode's ``max_invalid_actions``-th
+    Terminates when ``budget`` trials have been measured. In ``knob`` and ``edit`` mode the
+    episode is truncated by the step whose invalid action is the episode's ``max_invalid_actions``-th
     (default ``budget * len(space.knobs)``), so at most ``budget * len(space.knobs) +
-    max_invalid_actions`` steps end any episode. A step after the end raises
+    max_invalid_actions`` steps end any knob-mode episode (``budget + max_invalid_actions`` an
+    edit-mode one). A step after the end raises
     ``TensorGymError`` (call ``reset()``).
 
     ## Arguments
     ``workload`` (registered name, shape key, or ``Workload``), ``target`` (cpu/llvm, opencl,
     cuda), ``budget`` (200), ``reward``, ``obs_mode``, ``action_mode``, ``failure_reward``,
-    ``max_invalid_actions`` (knob mode, see Episode End), ``render_mode``, and either
+    ``max_invalid_actions`` (knob and edit mode, see Episode End), ``start`` and ``edit_moves``
+    (edit mode only: refused in the others), ``render_mode``, and either
     ``session`` (a ``tensorgym.session.TuningSession`` of this task, which the env then steps
     but does not close) or the options of the session it makes: ``records`` (path, ``Records``,
     ``None`` for the default database under the user cache dir, ``False`` for none),
@@ -258,6 +290,11 @@ class TensorSchedEnv(gym.Env):
     @property
     def meter(self) -> Meter:
         return self.session.meter
+
+    @property
+    def moves(self) -> tuple:
+        """Edit mode's moves (``tensorgym.envs.edit.Move``) in action order; () in the others."""
+        return self._moves.moves if self._moves is not None else ()
 
     def featurize(self, configs: Sequence[Config], mode: Optional[str] = None, **kwargs: Any):
         """``session.featurize`` in the observation's feature mode by default."""
