@@ -208,11 +208,12 @@ def replay(tiny_dataset):
         env.close()
 
 
-@pytest.mark.parametrize("obs_mode", ["relation", "config"])
-def test_checkers_pass_on_replay(replay, obs_mode):
+@pytest.mark.parametrize("obs_mode, moves", [("relation", "step"), ("config", "step"),
+                                             ("relation", "factor")])
+def test_checkers_pass_on_replay(replay, obs_mode, moves):
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-    env = replay(obs_mode=obs_mode, budget=1000)
+    env = replay(obs_mode=obs_mode, budget=1000, edit_moves=moves, start="random")
     check_env(env.unwrapped, skip_render_check=True)
     sb3_check_env(env.unwrapped, warn=False)
 
@@ -302,6 +303,24 @@ def test_starts_are_drawn_with_the_env_rng(replay, start):
     # the observation is the start's, and reset's options choose another start
     obs, info = env.reset(seed=0, options={"start": "reference"})
     assert info["start"] == "reference" and u._last_config == u.session.reference_config
+
+
+def test_an_edit_env_pickles_mid_episode(replay):
+    import pickle
+
+    env = replay(budget=4, start="random")
+    env.reset(seed=5)
+    env.step(_valid_action(env, np.random.default_rng(0)))
+    u = env.unwrapped
+    copy = pickle.loads(pickle.dumps(u))
+    try:
+        assert copy._last_config == u._last_config and copy.trials == 1
+        assert copy._previous_seconds == u._previous_seconds
+        a = _valid_action(env, np.random.default_rng(1))
+        assert np.array_equal(copy.action_masks(), u.action_masks())
+        assert copy.step(a)[4]["edit"] == u.step(a)[4]["edit"]
+    finally:
+        copy.close()
 
 
 def test_maskable_ppo_runs_on_replay_and_never_takes_a_masked_action(replay):

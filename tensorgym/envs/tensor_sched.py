@@ -142,6 +142,9 @@ class TensorSchedEnv(gym.Env):
     ``info`` is config mode's plus ``info["edit"]`` (``{"knob": name, "direction": "down" |
     "up" | "inward" | "outward"}``, and ``"levels"`` for a factor move) and
     ``info["previous_runtime"]`` (the ``t_prev`` of the step).
+    With ``early_stop`` on (the session's default), a schedule timed only until it was surely
+    that many times slower than the best has a lower bound of its time (``info["early_stop"]``),
+    which the reward and the next ``t_prev`` use; ``early_stop=0`` gives full timings.
 
     ## Episode End
     Terminates when ``budget`` trials have been measured. In ``knob`` and ``edit`` mode the
