@@ -116,11 +116,12 @@ class TensorSchedEnv(gym.Env):
     ``obs_mode="ast"`` gives a ``Dict`` for tree models: ``node_features`` (64 x 72: node-type
     one-hot and the loop's context vector, statement nodes in pre-order), ``parent`` (-1 for the
     root and padding) and ``mask`` (1 for real nodes), plus ``partial`` in knob mode.
-    ``reset`` observes the reference schedule. In ``edit`` mode the observation is the current
-    schedule's feature row (``obs_mode`` ``relation``, ``context`` or ``config``; ``ast`` is
-    refused) followed by the workload descriptor (``features.descriptor.workload_descriptor``:
-    ``DESCRIPTOR_LENGTH`` non-negative floats saying what the operator, its sizes, its cost and
-    the target are), so one policy can act across tasks.
+    ``reset`` observes the reference schedule (edit mode: the start). In ``edit`` mode the
+    observation is the current schedule's feature row (``obs_mode`` ``relation``, ``context`` or
+    ``config``; ``ast`` is refused) followed by the workload descriptor
+    (``features.descriptor.workload_descriptor``: ``DESCRIPTOR_LENGTH`` non-negative floats
+    saying what the operator, its sizes, its cost and the target are), so one policy can act
+    across tasks.
 
     ## Rewards
     * ``log_speedup`` (default): ``log(t_ref / t)``, with ``t_ref`` the time of the reference
