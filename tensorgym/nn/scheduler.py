@@ -21,8 +21,9 @@ task already reached). alpha = 0.2 and beta = 2 are Ansor's; with probability ``
 (0.05) a random task gets the batch instead, so that no estimate starves a task forever.
 
 Every batch is a tune of the agent (``xgb``: the reference tuner, whose cost model starts from
-the records of the other tasks in the database: the transfer across tasks) told the task's
-records first. Its records are tagged ``tune_model`` with the model's name, so that a second run
+the records of the other tasks in the database: the transfer across tasks; its pretrained model
+is shared by the batches through its ``pretrain_cache`` and fitted again only once the records
+grew by half) told the task's records first. Its records are tagged ``tune_model`` with the model's name, so that a second run
 with the same database resumes: the trials already spent are counted from the database, and the
 budget is the total over all runs.
 """
@@ -119,6 +120,10 @@ class TaskScheduler:
         self._own_measurer = measurer is None
         self.measurer = measurer or make_measurer(self.target, num_threads=threads, ray=ray)
         self.rng = np.random.default_rng(seed)
+        # an agent that declares it (the reference tuner) keeps its pretrained cost model here,
+        # so that the batches of every task share it instead of each fitting one anew
+        declared = {o.name for o in registry.spec(agent).options}
+        self._agent_options = {"pretrain_cache": {}} if "pretrain_cache" in declared else {}
         self.tasks = [TaskState(get_workload(w), int(n)) for w, n in tasks]
         if self.records is not None:
             self.records.restore_unsaved()
@@ -208,7 +213,7 @@ class TaskScheduler:
                 bar.update(len(results))
 
         try:
-            results = tune(session, registry.make(self.agent), n,
+            results = tune(session, registry.make(self.agent, **self._agent_options), n,
                            seed=self.seed + self.spent, prior=prior, callbacks=[step])
         finally:
             session.close()
