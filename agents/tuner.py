@@ -167,7 +167,7 @@ class ModelTuner(SearchStrategy):
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
                  pretrain: bool = True, refit_share: float = 0.05,
-                 pretrain_cache: "dict | None" = None) -> None:
+                 pretrain_cache: "dict | None" = None, pretrained: "str | None" = None) -> None:
         if (batch_size is not None and batch_size < 1) or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
             raise ValueError("need batch_size >= 1, plan_ratio >= 1, alpha >= 0, 0 <= epsilon <= 1")
         if source_workloads and records is None:
@@ -202,6 +202,7 @@ class ModelTuner(SearchStrategy):
         self.n_seeds = n_seeds
         self.pretrain = pretrain
         self.pretrain_cache = pretrain_cache
+        self.pretrained = pretrained
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
         # every result told (prior ones first) and the transfer source data
@@ -230,6 +231,18 @@ class ModelTuner(SearchStrategy):
         else:
             model = self.new_model()
         rng = np.random.default_rng(seed)
+        if self.pretrained is not None:
+            from .pretrained import pretrained_model
+
+            path = None if self.pretrained == "shipped" else self.pretrained
+            global_model = pretrained_model(path, session.target)
+            if global_model.feature_mode != model.feature_mode:
+                raise TensorGymError(f"the pretrained model uses {global_model.feature_mode} "
+                                     f"features, this tuner's model {model.feature_mode}")
+            about = getattr(global_model, "about", {})
+            self.warm_start_summary.records = int(about.get("rows", 0))
+            self.warm_start_summary.workloads = int(about.get("tasks", 0))
+            return TransferModel(global_model, model)
         if self.source_workloads:
             global_model = self.new_model()
             self.source_data = load_source_data(
@@ -556,6 +569,8 @@ OPTIONS = (
     Option("n_seeds", int, 8, "seed schedules at most (the reference one included)"),
     Option("pretrain", bool, True, "with warm_start: pretrain on other workloads' records "
            "(leaderboards turn it off: a run must not depend on the database's history)"),
+    Option("pretrained", str, None, "a pretrained global cost model file (agents/pretrained.py; "
+           "'shipped': the one shipped for the target, which xgb-pretrained uses)"),
     Option("pretrain_cache", dict, None, "a dict shared by one job's tuners, where a warm "
            "start's pretrained model is kept and reused (tune-model's batches)"),
     Option("refit_share", float, 0.05, "refit the model once the results told since its last "
