@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tune_model_parser(sub, _positive, _non_negative)
 
+    from .nn.bench_cli import add_parser as add_bench_model_parser
+
+    add_bench_model_parser(sub, _positive)
+
     tk = sub.add_parser("tasks", help="the tunable tasks of a built-in model (tensorgym.nn)")
     tk.add_argument("model", help="a built-in model (tensorgym list models)")
     tk.add_argument("--md", metavar="FILE", help="also write the Markdown table here")
@@ -542,6 +546,12 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from .nn.bench_cli import cmd_bench_model as run
+
+    return run(args)
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .nn import model_tasks
 
@@ -583,7 +593,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
             "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks,
-            "tune-model": cmd_tune_model,
+            "tune-model": cmd_tune_model, "bench-model": cmd_bench_model,
             "corpus": cmd_corpus}
 
 
