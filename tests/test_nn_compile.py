@@ -151,3 +151,18 @@ def test_clear_errors(tmp_path):
         compile(model, x, str(tmp_path / "none.db"))
     with pytest.raises(Exception, match="CPU only"):
         compile(model, x, str(tmp_path / "none.db"), target="cuda")
+
+
+def test_bench_model_smoke(dqn_db):
+    import json
+
+    from .cli_run import cli
+
+    rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db, "--rounds", "1",
+                        "--min-round-ms", "1", "--no-inductor", "--json"])
+    assert rc == 0, err
+    got = json.loads(out)
+    assert set(got["latency_ms"]) == {"tensorgym", "eager"} and got["replaced"] == 5
+    assert len(got["tasks"]) == 5 and all(t["ours_ms"] > 0 for t in got["tasks"])
+    rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db + ".missing"])
+    assert rc == 1 and "does not exist" in err
