@@ -166,3 +166,46 @@ def test_bench_model_smoke(dqn_db):
     assert len(got["tasks"]) == 5 and all(t["ours_ms"] > 0 for t in got["tasks"])
     rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db + ".missing"])
     assert rc == 1 and "does not exist" in err
+
+
+class Small(torch.nn.Module):
+    """Every operator kind: a linear whose GELU follows a reshape, 2-D and 4-D matmuls of two
+    activations (packed at run time where the config packs one), a depthwise conv with ReLU6,
+    a grouped conv with a folded BatchNorm."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.fc, self.bn = nn.Linear(16, 32), nn.BatchNorm2d(16)
+        self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+        self.gc = nn.Conv2d(8, 16, 3, 1, 1, groups=2)
+
+    def forward(self, x, a, b, q, k, img):
+        F = torch.nn.functional
+        c = F.relu6(self.dw(img))
+        return (F.gelu(self.fc(x).reshape(1, 8, 4, 8)), torch.relu(torch.matmul(a, b)),
+                torch.matmul(q, k), torch.relu(self.bn(self.gc(c))))
+
+
+def test_every_operator_kind_packing_and_layout_ops(tmp_path):
+    from tensorgym.nn import extract_tasks
+
+    torch.manual_seed(0)
+    model = Small().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    shapes = [(1, 8, 16), (8, 24), (24, 32), (2, 3, 8, 16), (2, 3, 16, 8), (1, 8, 10, 10)]
+    args = tuple(torch.randn(*s) for s in shapes)
+    tasks = [(t.key, t.count) for t in extract_tasks(model, args).tasks]
+    assert len(tasks) == 5
+    tune(tmp_path / "s.db", "small", tasks, per_task=8)
+    cm = compile(model, args, str(tmp_path / "s.db"))
+    assert len(cm.tensorgym_report.replaced) == 5 and not cm.tensorgym_report.kept
+    with torch.no_grad():
+        for _ in range(3):
+            xs = tuple(torch.randn_like(a) for a in args)
+            for got, want in zip(cm(*xs), model(*xs)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception):  # compiled for these shapes only: refused, not a crash
+        cm(*(torch.randn(2, *a.shape[1:]) if a.dim() > 2 else a for a in args))
