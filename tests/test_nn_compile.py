@@ -171,20 +171,22 @@ def test_bench_model_smoke(dqn_db):
 class Small(torch.nn.Module):
     """Every operator kind: a linear whose GELU follows a reshape, 2-D and 4-D matmuls of two
     activations (packed at run time where the config packs one), a depthwise conv with ReLU6,
-    a grouped conv with a folded BatchNorm."""
+    a grouped conv with a folded BatchNorm, a linear whose residual add follows a reshape."""
 
     def __init__(self):
         super().__init__()
         nn = torch.nn
         self.fc, self.bn = nn.Linear(16, 32), nn.BatchNorm2d(16)
+        self.proj = nn.Linear(16, 16)
         self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
         self.gc = nn.Conv2d(8, 16, 3, 1, 1, groups=2)
 
-    def forward(self, x, a, b, q, k, img):
+    def forward(self, x, a, b, q, k, img, r):
         F = torch.nn.functional
         c = F.relu6(self.dw(img))
         return (F.gelu(self.fc(x).reshape(1, 8, 4, 8)), torch.relu(torch.matmul(a, b)),
-                torch.matmul(q, k), torch.relu(self.bn(self.gc(c))))
+                torch.matmul(q, k), torch.relu(self.bn(self.gc(c))),
+                self.proj(x).reshape(1, 8, 4, 4) + r)  # a residual add after a reshape
 
 
 def test_every_operator_kind_packing_and_layout_ops(tmp_path):
@@ -195,13 +197,14 @@ def test_every_operator_kind_packing_and_layout_ops(tmp_path):
     with torch.no_grad():
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
-    shapes = [(1, 8, 16), (8, 24), (24, 32), (2, 3, 8, 16), (2, 3, 16, 8), (1, 8, 10, 10)]
+    shapes = [(1, 8, 16), (8, 24), (24, 32), (2, 3, 8, 16), (2, 3, 16, 8), (1, 8, 10, 10),
+              (1, 8, 4, 4)]
     args = tuple(torch.randn(*s) for s in shapes)
     tasks = [(t.key, t.count) for t in extract_tasks(model, args).tasks]
-    assert len(tasks) == 5
-    tune(tmp_path / "s.db", "small", tasks, per_task=8)
+    assert len(tasks) == 6 and "dense:8,16,16+bias+add" in dict(tasks)
+    tune(tmp_path / "s.db", "small", tasks, per_task=6)
     cm = compile(model, args, str(tmp_path / "s.db"))
-    assert len(cm.tensorgym_report.replaced) == 5 and not cm.tensorgym_report.kept
+    assert len(cm.tensorgym_report.replaced) == 6 and not cm.tensorgym_report.kept
     with torch.no_grad():
         for _ in range(3):
             xs = tuple(torch.randn_like(a) for a in args)

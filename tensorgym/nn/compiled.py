@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import warnings
+from contextlib import closing
 from typing import Any, Optional
 
 from ..errors import TensorGymError
+from ..hardware.target import get_target
 from ..measure import MeasureOptions
 from ..records import Records
 from ..templates import canonical_target
@@ -36,7 +38,8 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     """``model`` (an ``nn.Module``, put in eval mode) with its tuned operators replaced by
     tensorgym kernels: a ``torch.fx.GraphModule`` taking ``example_input``'s shapes, with
     ``tensorgym_report`` (a ``CompileReport``). ``db``: the records database of a tune
-    (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``)."""
+    (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``).
+    Inference only: the kernels have no autograd formula (a backward through one raises)."""
     import torch
 
     from .kernels import bind_openmp
@@ -50,15 +53,13 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     gm = export_graph(model, example_input, label).module()
     found, untunable, walk = operator_nodes(gm.graph)
     threads = torch.get_num_threads()
-    from ..hardware.target import get_target
-
     device = get_target("cpu").device_fingerprint(num_threads=threads)
     openmp = bind_openmp(os.path.join(os.path.dirname(torch.__file__), "lib"))
     report = CompileReport(label, device, openmp)
     report.kept += [KeptNode(u.node, u.op, f"untunable: {u.reason}") for u in untunable]
     state = _Compiler(gm, device, threads, options or CHECK_OPTIONS, report)
     try:
-        with _records(db) as records:
+        with closing(Records(db)) as records:
             for i, (node, task) in enumerate(found):
                 state.one(records, node, task, walk.chains.get(node, []), f"_tensorgym_{i}")
     finally:
@@ -130,17 +131,6 @@ class _Compiler:
         if self.measurer is not None:
             self.measurer.close()
             self.measurer = None
-
-
-class _records:
-    def __init__(self, db: "str | os.PathLike") -> None:
-        self.records = Records(db)
-
-    def __enter__(self) -> Records:
-        return self.records
-
-    def __exit__(self, *exc: Any) -> None:
-        self.records.close()
 
 
 __all__ = ["CHECK_OPTIONS", "CompileWarning", "compile"]

@@ -20,6 +20,11 @@ from .kernels import CheckedKernel
 from .ops import pack
 
 
+#: layout ops that keep the elements' row-major order (a residual added after them is, in
+#: memory, in the operator's own layout)
+_KEEP_ORDER = {"view", "reshape", "_unsafe_view", "unflatten", "alias", "contiguous"}
+
+
 class NotReplaceable(TensorGymError):
     """An operator node whose graph this rewrite cannot take (it keeps PyTorch's op)."""
 
@@ -80,8 +85,9 @@ def replace(gm: Any, node: Any, chain: list, kernel: CheckedKernel, tag: str) ->
     ops = [_aten(n)[0] for n in chain]
     layout = [n for n in chain if _aten(n)[0] in _LAYOUT]
     adds = [i for i, o in enumerate(ops) if o in ("add", "add_")]
-    if adds and layout and chain.index(layout[0]) < adds[0]:
-        raise NotReplaceable("a residual add after a layout op (view, permute...)")
+    if adds and any(o in _LAYOUT and o not in _KEEP_ORDER for o in ops[:adds[0]]):
+        # a reshape keeps the elements' order, so the residual's memory is the kernel's layout
+        raise NotReplaceable("a residual add after a transpose or permute")
     operands, bias = _operands(gm, node, chain)
     sources = operands + ([bias] if "bias" in kernel.workload.epilogue else []) + \
         ([_residual(node, chain)] if "add" in kernel.workload.epilogue else [])
