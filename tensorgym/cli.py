@@ -1,5 +1,5 @@
-"""``tensorgym`` command line: list | tune | tune-model | leaderboard run/show | validate | dataset |
-tasks | corpus.
+"""``tensorgym`` command line: list | tune | tune-model | bench-model | leaderboard run/show |
+validate | dataset | tasks | corpus.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
