@@ -1,5 +1,5 @@
-"""``tensorgym`` command line: list | tune | tune-model | leaderboard run/show | validate | dataset |
-tasks | corpus.
+"""``tensorgym`` command line: list | tune | tune-model | bench-model | leaderboard run/show |
+validate | dataset | tasks | corpus.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .nn.tune_cli import add_parser as add_tune_model_parser
 
     add_tune_model_parser(sub, _positive, _non_negative)
+
+    from .nn.bench_cli import add_parser as add_bench_model_parser
+
+    add_bench_model_parser(sub, _positive)
 
     tk = sub.add_parser("tasks", help="the tunable tasks of a built-in model (tensorgym.nn)")
     tk.add_argument("model", help="a built-in model (tensorgym list models)")
@@ -542,6 +546,12 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from .nn.bench_cli import cmd_bench_model as run
+
+    return run(args)
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .nn import model_tasks
 
@@ -583,7 +593,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
             "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks,
-            "tune-model": cmd_tune_model,
+            "tune-model": cmd_tune_model, "bench-model": cmd_bench_model,
             "corpus": cmd_corpus}
 
 
