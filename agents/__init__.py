@@ -58,11 +58,11 @@ for _name, _preset, _help in (
                             for o in TREEGRU_OPTIONS), _help, kind=COST_MODEL)
 
 
-def _tuner(model: str) -> Callable[..., ModelTuner]:
+def _tuner(model: str, **preset: Any) -> Callable[..., ModelTuner]:
     def build(**options: Any) -> ModelTuner:
         if isinstance(options.get("records"), str):  # a path, e.g. from the command line
             options["records"] = Records(options["records"])
-        return ModelTuner(**{"model": model, **options})
+        return ModelTuner(**{"model": model, **preset, **options})
 
     return build
 
@@ -75,6 +75,11 @@ _HELP = {"xgb": "the paper's tuner: XGBoost rank model, simulated annealing, div
 for _name, _help in _HELP.items():
     registry.register(_name, _tuner(_name), tuple(
         replace(o, default=_name) if o.name == "model" else o for o in OPTIONS), _help)
+registry.register("xgb-pretrained", _tuner("xgb", pretrained="shipped"), tuple(
+    replace(o, default={"model": "xgb", "pretrained": "shipped"}[o.name])
+    if o.name in ("model", "pretrained") else o for o in OPTIONS),
+    "xgb whose cost model starts from a model pretrained on the corpus's train dataset "
+    "(agents/pretrained.py; the transfer baseline)")
 
 
 __all__ = [

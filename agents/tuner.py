@@ -36,6 +36,8 @@ from .cost_model import BootstrapEnsemble, CostModel, XGBoostCostModel
 from .selection import select_batch
 from .transfer import SourceData, TransferModel, load_source_data
 
+#: a model kept in ``pretrain_cache`` is fitted again once its pool of records grew this much
+PRETRAIN_REGROWTH = 0.5
 #: source rows a warm start pretrains on at most (``max_source_samples`` overrides it): featurizing
 #: and fitting them stays within a second or two
 WARM_START_MAX_ROWS = 5000
@@ -140,6 +142,11 @@ class ModelTuner(SearchStrategy):
       for this target and device.
       for seeds and pretraining (``pretrain=False``: seeds only); ``warm_start_summary``
       reports what was used.
+    - ``pretrain_cache`` (a dict one job shares between its tuners, e.g. ``tune-model``'s
+      batches): the warm start's pretrained model is kept there and reused by the next tune of
+      the same target, device and features while the records it could pretrain on have grown
+      by less than ``PRETRAIN_REGROWTH`` (50%); a reused model may have seen the task's own
+      records (it was fitted for another task), which only tells it more.
     - ``refit_share`` (default 0.05): the model is refitted once the results told since its
       last fit are at least that share of the rows it was fitted on (0: after every batch). A
       fresh tune with the default batch size (an eighth of the budget, so at least 5% of any
@@ -159,7 +166,8 @@ class ModelTuner(SearchStrategy):
                  uncertainty: str | None = None, n_bootstrap: int = 5, records=None,
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
-                 pretrain: bool = True, refit_share: float = 0.05) -> None:
+                 pretrain: bool = True, refit_share: float = 0.05,
+                 pretrain_cache: "dict | None" = None, pretrained: "str | None" = None) -> None:
         if (batch_size is not None and batch_size < 1) or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
             raise ValueError("need batch_size >= 1, plan_ratio >= 1, alpha >= 0, 0 <= epsilon <= 1")
         if source_workloads and records is None:
@@ -193,6 +201,8 @@ class ModelTuner(SearchStrategy):
         self.warm_start = warm_start
         self.n_seeds = n_seeds
         self.pretrain = pretrain
+        self.pretrain_cache = pretrain_cache
+        self.pretrained = pretrained
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
         # every result told (prior ones first) and the transfer source data
@@ -221,6 +231,18 @@ class ModelTuner(SearchStrategy):
         else:
             model = self.new_model()
         rng = np.random.default_rng(seed)
+        if self.pretrained is not None:
+            from .pretrained import pretrained_model
+
+            path = None if self.pretrained == "shipped" else self.pretrained
+            global_model = pretrained_model(path, session.target)
+            if global_model.feature_mode != model.feature_mode:
+                raise TensorGymError(f"the pretrained model uses {global_model.feature_mode} "
+                                     f"features, this tuner's model {model.feature_mode}")
+            about = getattr(global_model, "about", {})
+            self.warm_start_summary.records = int(about.get("rows", 0))
+            self.warm_start_summary.workloads = int(about.get("tasks", 0))
+            return TransferModel(global_model, model)
         if self.source_workloads:
             global_model = self.new_model()
             self.source_data = load_source_data(
@@ -234,6 +256,9 @@ class ModelTuner(SearchStrategy):
             return model
         elif self.warm_start:
             global_model = self.new_model()
+            reused = self._cached_pretraining(session, global_model.feature_mode)
+            if reused is not None:
+                return TransferModel(reused, model)
             self.source_data = self._pretraining_data(session, global_model.feature_mode, rng)
             if self.source_data is None:
                 return model
@@ -241,6 +266,34 @@ class ModelTuner(SearchStrategy):
             return model
         model = TransferModel(global_model, model)
         model.fit_global(self.source_data)
+        if self.warm_start and not self.source_workloads and self.pretrain_cache is not None:
+            self.pretrain_cache[self._cache_key(session, model.feature_mode)] = (
+                self._pretrain_pool(session), global_model, self.warm_start_summary)
+        return model
+
+    def _cache_key(self, session: TuningSession, mode: str) -> tuple:
+        return session.target, self.device or session.device, mode
+
+    def _pretrain_pool(self, session: TuningSession) -> int:
+        """Records a warm start could pretrain on now (every one of the target and device)."""
+        records = self.records if self.records is not None else session.records
+        if records is None:
+            return 0
+        return len(records.query(target=session.target, device=self.device or session.device))
+
+    def _cached_pretraining(self, session: TuningSession, mode: str) -> "CostModel | None":
+        """The shared pretrained model, while its pool of records has not grown too much."""
+        if self.pretrain_cache is None:
+            return None
+        hit = self.pretrain_cache.get(self._cache_key(session, mode))
+        if hit is None:
+            return None
+        pool, model, summary = hit
+        if self._pretrain_pool(session) >= pool * (1 + PRETRAIN_REGROWTH):
+            return None
+        self.warm_start_summary.records = summary.records
+        self.warm_start_summary.workloads = summary.workloads
+        self.warm_start_summary.note = "pretrained model reused (pretrain_cache)"
         return model
 
     def _pretraining_data(self, session: TuningSession, mode: str,
@@ -516,6 +569,10 @@ OPTIONS = (
     Option("n_seeds", int, 8, "seed schedules at most (the reference one included)"),
     Option("pretrain", bool, True, "with warm_start: pretrain on other workloads' records "
            "(leaderboards turn it off: a run must not depend on the database's history)"),
+    Option("pretrained", str, None, "a pretrained global cost model file (agents/pretrained.py; "
+           "'shipped': the one shipped for the target, which xgb-pretrained uses)"),
+    Option("pretrain_cache", dict, None, "a dict shared by one job's tuners, where a warm "
+           "start's pretrained model is kept and reused (tune-model's batches)"),
     Option("refit_share", float, 0.05, "refit the model once the results told since its last "
            "fit are at least this share of the rows it was fitted on (0: after every batch)"),
 )

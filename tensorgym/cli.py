@@ -1,5 +1,5 @@
-"""``tensorgym`` command line: list | tune | leaderboard run/show | validate | dataset | tasks |
-corpus.
+"""``tensorgym`` command line: list | tune | tune-model | bench-model | leaderboard run/show |
+validate | dataset | tasks | corpus.
 
 Bad arguments and tensorgym errors print one line and exit non-zero, never a traceback. With
 the agent registry (``tensorgym.registry``, which imports them by name on its first lookup), this
@@ -113,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "the vendor library, as the text summary always does (under \"compare\")")
     t.add_argument("--no-progress", action="store_true")
     _ray_arg(t, "build and time on a Ray cluster's devices (docs/distributed.md)")
+
+    from .nn.tune_cli import add_parser as add_tune_model_parser
+
+    add_tune_model_parser(sub, _positive, _non_negative)
+
+    from .nn.bench_cli import add_parser as add_bench_model_parser
+
+    add_bench_model_parser(sub, _positive)
 
     tk = sub.add_parser("tasks", help="the tunable tasks of a built-in model (tensorgym.nn)")
     tk.add_argument("model", help="a built-in model (tensorgym list models)")
@@ -532,6 +540,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if passed(checks, args.allow_skip) else 1
 
 
+def cmd_tune_model(args: argparse.Namespace) -> int:
+    from .nn.tune_cli import cmd_tune_model as run
+
+    return run(args)
+
+
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from .nn.bench_cli import cmd_bench_model as run
+
+    return run(args)
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .nn import model_tasks
 
@@ -563,11 +583,17 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 def cmd_dataset(args: argparse.Namespace) -> int:
     from .dataset.cli import cmd_dataset as run
 
+    if getattr(args, "suite", None) is not None:
+        from .leaderboard.suites import get_suite
+
+        args.suite_object = get_suite(args.suite)
+
     return run(args)
 
 
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
             "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks,
+            "tune-model": cmd_tune_model, "bench-model": cmd_bench_model,
             "corpus": cmd_corpus}
 
 

@@ -154,6 +154,39 @@ def test_pretrains_on_other_workloads_records_and_says_so(measurer, tmp_path, ca
     assert summary["warm_start"]["text"].startswith("warm start: off")
 
 
+def test_a_shared_pretrain_cache_reuses_the_model_until_the_records_grow(measurer, tmp_path):
+    from tensorgym.agents.tuner import PRETRAIN_REGROWTH
+
+    db = tmp_path / "records.db"
+    cache: dict = {}
+
+    def run(workload, trials):
+        env = make_env(workload, measurer, db, budget=trials)
+        agent = registry.make("xgb", pretrain_cache=cache, **FAST)
+        try:
+            tune(env, agent, trials, seed=0)
+        finally:
+            env.close()
+        return agent
+
+    def pool():
+        return len(Records(db).query())
+
+    run(matmul(16, 16, 16), 12)
+    first = run(matmul(32, 48, 16), 2)  # pretrains on the first workload's records: kept
+    assert isinstance(first.model, TransferModel) and len(cache) == 1
+    (fitted_on, kept, _), = cache.values()
+    assert pool() < fitted_on * (1 + PRETRAIN_REGROWTH)
+    second = run(matmul(16, 32, 16), 2)  # the pool grew less than half: reused as it is
+    assert second.model.global_model is kept
+    assert second.warm_start_summary.note == "pretrained model reused (pretrain_cache)"
+    run(matmul(24, 16, 32), 8)
+    assert pool() >= fitted_on * (1 + PRETRAIN_REGROWTH)
+    fourth = run(matmul(8, 16, 32), 2)  # grown by half: fitted again, and kept instead
+    assert fourth.model.global_model is not kept
+    assert next(iter(cache.values()))[1] is fourth.model.global_model
+
+
 def test_warm_start_options_are_declared():
     names = {o.name: o for o in registry.spec("xgb").options}
     assert names["warm_start"].default is True and names["n_seeds"].default == 8

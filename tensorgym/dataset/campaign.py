@@ -262,8 +262,8 @@ def parse_duration(text: str) -> float:
             num = ""
         else:
             raise TensorGymError(f"a duration is like 2h, 90m, 1h30m or seconds; got {text!r}")
-    if num:
-        raise TensorGymError(f"a duration's number needs a unit (h, m, s); got {text!r}")
+    if num or not s:
+        raise TensorGymError(f"a duration is like 2h, 90m, 1h30m or seconds; got {text!r}")
     return total
 
 

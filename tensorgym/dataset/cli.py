@@ -122,7 +122,6 @@ def _campaign(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..errors import TensorGymError
-    from ..leaderboard.suites import get_suite
     from .campaign import Campaign, parse_duration
 
     if args.workloads or args.configs is not None:
@@ -131,7 +130,7 @@ def _campaign(args: argparse.Namespace) -> int:
     if args.time_budget is None:
         raise TensorGymError("--suite needs --time-budget DURATION (2h, 90m, seconds)")
     budget = parse_duration(args.time_budget)
-    suite = get_suite(args.suite)
+    suite = args.suite_object  # resolved by tensorgym/cli.py, which sits above the leaderboard
     targets = {t for _, t in suite.tasks}
     target = args.target or (targets.pop() if len(targets) == 1 else None)
     if target is None:

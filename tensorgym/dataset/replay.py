@@ -360,13 +360,51 @@ class ReplayMeasurer(MeasurerDefaults):
         return ReplayTask(task, workload, space, configs, samples, index_of, choices,
                           workload.flops)
 
-    def _recorded(self, task: ReplayTask, p: int, config: Config,
-                  n: Optional[int] = None) -> MeasureResult:
+    def draw(self, task: ReplayTask, p: int, rng: Optional[random.Random] = None,
+             n: Optional[int] = None) -> tuple[_Sample, tuple[float, ...]]:
+        """One answer of recorded config ``p`` of ``task``: one of its records and its samples
+        (resampled with replacement, ``n`` of them if given), drawn from ``rng`` (default:
+        this replay's stream; the vector env gives each of its envs its own)."""
+        rng = rng or self._rng
         options = task.samples[p]
-        s = options[0] if len(options) == 1 else self._rng.choice(options)
+        s = options[0] if len(options) == 1 else rng.choice(options)
         costs = s.costs
         if s.error == ErrorCode.NO_ERROR and (self.resample or n is not None) and costs:
-            costs = tuple(self._rng.choices(costs, k=n or len(costs)))
+            costs = tuple(rng.choices(costs, k=n or len(costs)))
+        return s, costs
+
+    def invalid_reason(self, task: ReplayTask, config: Config) -> Optional[str]:
+        """Why a build of ``config`` would fail the target's limits (the template's own
+        check), or None: a miss that fails it is answered as that failure, not estimated."""
+        try:
+            check_config(task.workload, config, self.target_info.limits())
+        except InvalidConfigError as e:
+            return str(e)
+        return None
+
+    def valid(self, task: ReplayTask, config: Config) -> bool:
+        return self.invalid_reason(task, config) is None
+
+    def predict_misses(self, task: ReplayTask, configs: Sequence[Config]) -> np.ndarray:
+        """The surrogate's seconds for ``configs`` of ``task`` (none of them recorded, all
+        valid): what ``on_miss="surrogate"`` answers, in one batch."""
+        from .surrogate import FEATURE_MODE, Surrogate
+
+        if task.surrogate is None:
+            rows = task.rows.get(FEATURE_MODE)
+            if rows is None:
+                rows = task.rows[FEATURE_MODE] = self._task_rows(task, FEATURE_MODE)
+            ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
+            X = rows[[p for p, _ in ok]] if ok else rows[:0]
+            y = np.array([float(np.median(s.costs)) for _, s in ok])
+            name = f"surrogate-{_task_hash(task.task)}-{feature_code_hash()}"
+            task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
+        return task.surrogate.predict_seconds(self._compute_rows(task, list(configs),
+                                                                 FEATURE_MODE))
+
+    def _recorded(self, task: ReplayTask, p: int, config: Config,
+                  n: Optional[int] = None) -> MeasureResult:
+        s, costs = self.draw(task, p, n=n)
         return ReplayResult(config, costs, s.error, s.error_msg, task.flops,
                             s.build_time, s.run_time, s.timestamp, cached=True,
                             source="recorded")
@@ -380,13 +418,12 @@ class ReplayMeasurer(MeasurerDefaults):
             return [self._mark(r, "measured") for r in results]
         out: list[Optional[MeasureResult]] = [None] * len(configs)
         valid = []
-        limits = self.target_info.limits()
         for i, c in enumerate(configs):
-            try:  # the template's own check answers exactly what a build would
-                check_config(task.workload, c, limits)
+            why = self.invalid_reason(task, c)
+            if why is None:
                 valid.append(i)
-            except InvalidConfigError as e:
-                out[i] = ReplayResult(c, (), ErrorCode.INSTANTIATION_ERROR, str(e),
+            else:
+                out[i] = ReplayResult(c, (), ErrorCode.INSTANTIATION_ERROR, why,
                                        task.workload.flops, cached=True, source="surrogate",
                                        extra={"surrogate": "check"})
         if self.on_miss == "nearest":
@@ -407,19 +444,7 @@ class ReplayMeasurer(MeasurerDefaults):
                                  "nearest": task.configs[p].index})
 
     def _surrogate(self, task: ReplayTask, configs: list[Config]) -> list[MeasureResult]:
-        from .surrogate import FEATURE_MODE, Surrogate
-
-        if task.surrogate is None:
-            rows = task.rows.get(FEATURE_MODE)
-            if rows is None:
-                rows = task.rows[FEATURE_MODE] = self._task_rows(task, FEATURE_MODE)
-            ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
-            X = rows[[p for p, _ in ok]] if ok else rows[:0]
-            y = np.array([float(np.median(s.costs)) for _, s in ok])
-            name = f"surrogate-{_task_hash(task.task)}-{feature_code_hash()}"
-            task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
-        X = self._compute_rows(task, configs, FEATURE_MODE)
-        seconds = task.surrogate.predict_seconds(X)
+        seconds = self.predict_misses(task, configs)
         build, run = task.median_times()
         return [ReplayResult(c, (float(t),), ErrorCode.NO_ERROR, "", task.workload.flops,
                               build, run, 0.0, cached=True, source="surrogate",

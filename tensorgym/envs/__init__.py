@@ -1,5 +1,6 @@
 """Registers ``TensorSched-<workload>-<target>`` for every registered workload and target, and
-the generic ``TensorSched-v0`` (``gym.make("TensorSched-v0", workload=..., target=...)``)."""
+the generic ``TensorSched-v0`` (``gym.make("TensorSched-v0", workload=..., target=...)``), and
+``TensorSchedNetwork-v0``, a network's task scheduling (``tensorgym.nn.network_env``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,6 +13,7 @@ from ..workloads import WORKLOADS, Workload, get_workload
 
 ENTRY_POINT = "tensorgym.envs.tensor_sched:TensorSchedEnv"
 FIXED_ENTRY_POINT = "tensorgym.envs:make_fixed"
+NETWORK_ENTRY_POINT = "tensorgym.nn.network_env:NetworkSchedEnv"
 
 
 def make_fixed(*, fixed_workload: str, fixed_target: str, **kwargs):
@@ -43,6 +45,9 @@ def _register() -> None:
     # Measured times are not deterministic; observations are pure functions of the program.
     if "TensorSched-v0" not in gym.registry:
         gym.register("TensorSched-v0", entry_point=ENTRY_POINT, nondeterministic=True)
+    if "TensorSchedNetwork-v0" not in gym.registry:  # a network's task scheduling
+        gym.register("TensorSchedNetwork-v0", entry_point=NETWORK_ENTRY_POINT,
+                     nondeterministic=True)
     for name in WORKLOADS:
         for target in TARGET_ALIASES:
             env_id = f"TensorSched-{name}-{target}"

@@ -54,3 +54,31 @@ def encode_config(space: ConfigSpace, config: Config) -> np.ndarray:
         for t, v in enumerate(values[:MAX_VALUES]):
             out[base + 1 + t] = _scaled(v)
     return out
+
+
+class ChoiceEncoder:
+    """``encode_config`` of whole batches: ``encode(choices)`` maps an (n, knobs) matrix of
+    option indices of ``space`` to its (n, N_CONFIG) rows, row for row equal to
+    ``encode_config``, from per-knob tables built once (a vector env encodes thousands of
+    configs a step)."""
+
+    def __init__(self, space: ConfigSpace) -> None:
+        if len(space.knobs) > MAX_KNOBS:
+            raise ValueError(f"space {space.name} has {len(space.knobs)} knobs; the config "
+                             f"encoding holds at most {MAX_KNOBS}")
+        self.tables = []
+        for knob in space.knobs:
+            table = np.zeros((knob.size, KNOB_WIDTH), np.float32)
+            for c, value in enumerate(knob.options):
+                table[c, 0] = c / (knob.size - 1) if knob.size > 1 else 0.0
+                values = value if isinstance(value, tuple) else (value,)
+                for t, v in enumerate(values[:MAX_VALUES]):
+                    table[c, 1 + t] = _scaled(v)
+            self.tables.append(table)
+
+    def encode(self, choices: np.ndarray) -> np.ndarray:
+        choices = np.asarray(choices)
+        out = np.zeros((len(choices), N_CONFIG), np.float32)
+        for k, table in enumerate(self.tables):
+            out[:, k * KNOB_WIDTH:(k + 1) * KNOB_WIDTH] = table[choices[:, k]]
+        return out

@@ -53,12 +53,32 @@ def _init_llvm() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     llvm.set_option("tensorgym", f"-opt-disable={_DISABLED_PASSES}")
-    gomp = ctypes.util.find_library("gomp")
+    # an OpenMP runtime this process already has (torch's wheel ships its own libgomp): one
+    # runtime per process, or two thread pools would fight over the cores
+    loaded = mapped_libraries("libgomp")
+    gomp = loaded[0] if loaded else ctypes.util.find_library("gomp")
     if gomp is None:
         raise TargetUnavailableError(
             "libgomp (GCC's OpenMP runtime) was not found; parallel CPU kernels need it. "
             "Install it (Debian: apt-get install libgomp1) or use target 'opencl'")
     llvm.load_library_permanently(gomp)
+
+
+def mapped_libraries(stem: str) -> list[str]:
+    """Paths of the shared libraries whose file name starts with ``stem`` (``libgomp``) mapped
+    into this process, in the order first seen in /proc/self/maps (empty where it is absent)."""
+    found: list[str] = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if os.path.basename(path).startswith(stem) and ".so" in path and \
+                        path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
 
 
 # ``CPURuntime(isa=...)``: generate code for a narrower instruction set than the host's (an object

@@ -32,7 +32,7 @@ REPLAY_ON_MISS = ("surrogate", "nearest", "error")
 
 def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions", trials: int,
                      seeds: list[int], say: Callable[[str], None]) -> ResultsDoc:
-    """``run.run_suite`` with ``options.replay`` set (a dataset path)."""
+    """``run.run_suite`` with ``options.replay`` set (a dataset path, or a loaded ``Dataset``)."""
     from tensorgym.dataset import Dataset
 
     from .run import remeasure_bests, run_entry
@@ -43,7 +43,8 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
     if options.remeasure < 1:
         raise TensorGymError("a replay leaderboard reports only live re-measurements of each "
                              "best: remeasure must be >= 1")
-    data = Dataset.load(options.replay)
+    # a loaded Dataset is used as it is (a caller running task by task loads it once)
+    data = options.replay if isinstance(options.replay, Dataset) else Dataset.load(options.replay)
     runs: dict[str, Run] = {}
     devices: dict[str, str] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):
@@ -64,7 +65,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
         if (peak := device_peak_gflops(target, options.threads)) is not None:
             runs[target].device["fma_peak_gflops"] = peak
     missing = [f"{w}@{t}" for w, t in suite.tasks
-               if not data.task_records(Task(get_workload(w).key, t, devices[t]))]
+               if not data.by_task.get(Task(get_workload(w).key, t, devices[t]))]
     if missing:
         raise TensorGymError(f"dataset {data.path} has no records of {', '.join(missing)} on "
                              "this device")

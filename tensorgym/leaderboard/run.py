@@ -41,7 +41,7 @@ class RunOptions:
     threads: int = 0  # CPU threads of the kernels' parallel loops (0: all cores)
     ray: "str | None" = None  # run on this Ray cluster ("": ray.init's default): _run_suite_ray
     journal: "str | None" = None  # with ray: entries done so far, read back to resume
-    replay: "str | None" = None  # a dataset: trials answered from it (the replay track)
+    replay: Any = None  # a dataset (path or loaded Dataset): trials answered from it (the replay track)
     on_miss: str = "surrogate"  # replay: how configs the dataset lacks are answered
 
 

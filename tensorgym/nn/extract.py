@@ -85,10 +85,22 @@ def _name(node: Any) -> str:
     return f"{path}:{node.name}" if path else node.name
 
 
-def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[str, ...]:
-    """The fused ops after ``out``; adds it takes are put into ``claimed``."""
+class Walk:
+    """The state of one walk over a graph: the residual adds taken so far (``claimed``) and,
+    for each operator node, the chain of nodes its epilogue consumed (``chains``: layout ops,
+    dropout, the folded batch_norm, the activation and the add, in graph order)."""
+
+    def __init__(self) -> None:
+        self.claimed: set = set()
+        self.chains: dict = {}
+
+
+def _epilogue(out: Any, has_bias: bool, foldable: bool, walk: Walk) -> tuple[str, ...]:
+    """The fused ops after ``out``; adds it takes are put into ``walk.claimed``, the nodes it
+    consumed into ``walk.chains[out]``."""
     ops = ["bias"] if has_bias else []
     cur, fold_ok = out, foldable
+    claimed, chain = walk.claimed, walk.chains.setdefault(out, [])
     while len(cur.users) == 1:
         (user,) = cur.users
         which = _aten(user)
@@ -98,6 +110,7 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
         if op in _LAYOUT or (op in ("dropout", "dropout_") and not _arg(user, 2, "train", False)):
             fold_ok = fold_ok and op not in _LAYOUT  # a BatchNorm of a reshaped conv: not its bias
             cur = user
+            chain.append(user)
             continue
         if op == "batch_norm" and fold_ok and not _arg(user, 5, "training", False) and \
                 user.args[0] is cur:
@@ -105,6 +118,7 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
                 ops.append("bias")
             fold_ok = False
             cur = user
+            chain.append(user)
             continue
         fold_ok = False
         act = _ACTIVATIONS.get(op)
@@ -119,6 +133,7 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
                 break
             ops.append(act)
             cur = user
+            chain.append(user)
             continue
         if op in ("add", "add_") and which[1] == "Tensor" and "add" not in ops and \
                 user not in claimed and _arg(user, 2, "alpha", 1) == 1 and len(user.args) >= 2:
@@ -129,12 +144,13 @@ def _epilogue(out: Any, has_bias: bool, foldable: bool, claimed: set) -> tuple[s
                 claimed.add(user)
                 ops.append("add")
                 cur = user
+                chain.append(user)
                 continue
         break
     return tuple(ops)
 
 
-def _conv2d(node: Any, claimed: set) -> "ModelTask | str":
+def _conv2d(node: Any, walk: Walk) -> "ModelTask | str":
     x, w = _shape(node.args[0]), _shape(node.args[1])
     if x is None or w is None or len(x) != 4:
         return f"input of shape {x}: conv2d takes a batched NCHW input"
@@ -153,42 +169,42 @@ def _conv2d(node: Any, claimed: set) -> "ModelTask | str":
     if dilation != (1, 1):
         return f"dilation {dilation[0]},{dilation[1]} (only 1 is tunable)"
     has_bias = _arg(node, 2, "bias") is not None
-    epilogue = _epilogue(node, has_bias, True, claimed)
+    epilogue = _epilogue(node, has_bias, True, walk)
     return ModelTask("conv2d", (n, ic, h, wd, oc, kh, stride[0], padding[0]), groups, epilogue,
                      1, (_name(node),))
 
 
-def _linear(node: Any, claimed: set) -> "ModelTask | str":
+def _linear(node: Any, walk: Walk) -> "ModelTask | str":
     x, w = _shape(node.args[0]), _shape(node.args[1])
     if x is None or w is None or len(w) != 2:
         return f"input {x}, weight {w}"
     rows = math.prod(x[:-1]) if len(x) > 1 else 1
     has_bias = _arg(node, 2, "bias") is not None
-    return ModelTask("dense", (rows, w[1], w[0]), 1, _epilogue(node, has_bias, False, claimed),
+    return ModelTask("dense", (rows, w[1], w[0]), 1, _epilogue(node, has_bias, False, walk),
                      1, (_name(node),))
 
 
-def _matmul(node: Any, claimed: set) -> "ModelTask | str":
+def _matmul(node: Any, walk: Walk) -> "ModelTask | str":
     a, b = _shape(node.args[0]), _shape(node.args[1])
     if a is None or b is None:
         return "operands of unknown shape"
     if len(a) == len(b) == 2:
-        return ModelTask("matmul", (a[0], b[1], a[1]), 1, _epilogue(node, False, False, claimed),
+        return ModelTask("matmul", (a[0], b[1], a[1]), 1, _epilogue(node, False, False, walk),
                          1, (_name(node),))
     if len(a) == len(b) and len(a) in (3, 4) and a[:-2] == b[:-2]:
         return ModelTask("batch_matmul", (math.prod(a[:-2]), a[-2], a[-1], b[-1]), 1,
-                         _epilogue(node, False, False, claimed), 1, (_name(node),))
+                         _epilogue(node, False, False, walk), 1, (_name(node),))
     return f"operands {a} @ {b}: not a matmul or a batch_matmul of equal batch dims"
 
 
-def _attention(node: Any, claimed: set) -> "list[ModelTask] | str":
+def _attention(node: Any, walk: Walk) -> "list[ModelTask] | str":
     q, k, v = (_shape(node.args[i]) for i in range(3))
     if q is None or k is None or v is None or len(q) < 3 or not q[:-2] == k[:-2] == v[:-2]:
         return f"attention of q {q}, k {k}, v {v}: batch dims differ"
     b, name = math.prod(q[:-2]), _name(node)
     return [ModelTask("batch_matmul", (b, q[-2], q[-1], k[-2]), 1, (), 1, (f"{name}.qk",)),
             ModelTask("batch_matmul", (b, q[-2], k[-2], v[-1]), 1,
-                      _epilogue(node, False, False, claimed), 1, (f"{name}.av",))]
+                      _epilogue(node, False, False, walk), 1, (f"{name}.av",))]
 
 
 _OPERATORS = {"conv2d": ("conv2d", _conv2d), "linear": ("dense", _linear),
@@ -200,22 +216,28 @@ _OTHERS = {"_convolution": "conv2d", "convolution": "conv2d", "conv_transpose2d"
            "addmm": "dense", "baddbmm": "batch_matmul", "einsum": "batch_matmul"}
 
 
-def extract_tasks(model: Any, example_input: Any, name: str = "") -> TaskTable:
-    """The task table of ``model`` (an ``nn.Module``, put in eval mode) on ``example_input``
-    (a tensor, or a tuple of the forward's positional arguments)."""
+def export_graph(model: Any, example_input: Any, name: str = "") -> Any:
+    """``torch.export`` of ``model`` (put in eval mode) on ``example_input`` (a tensor, or a
+    tuple of the forward's positional arguments): the ``ExportedProgram``."""
     import torch  # torch: optional, only task extraction needs it
 
     model.eval()
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
     try:
-        graph = torch.export.export(model, args).graph
+        return torch.export.export(model, args)
     except Exception as e:  # noqa: BLE001  (export's many failure types: one clear error)
         first = (str(e).strip().splitlines() or [""])[0]
         raise TraceError(f"torch.export cannot trace {name or type(model).__name__}: "
                          f"{type(e).__name__}: {first}") from e
-    tasks: list[ModelTask] = []
+
+
+def operator_nodes(graph: Any) -> tuple[list[tuple[Any, Any]], list[UntunableNode], Walk]:
+    """The operator nodes of an exported ``graph``, in graph order: (node, its task, or for
+    attention its two tasks), the untunable ones, and the walk (``Walk.chains``: the nodes
+    each operator's epilogue consumed)."""
+    found_nodes: list[tuple[Any, Any]] = []
     untunable: list[UntunableNode] = []
-    claimed: set = set()
+    walk = Walk()
     for node in graph.nodes:
         which = _aten(node)
         if which is None:
@@ -223,15 +245,26 @@ def extract_tasks(model: Any, example_input: Any, name: str = "") -> TaskTable:
         op, overload = which
         if op in _OPERATORS and overload == "default":
             kind, fn = _OPERATORS[op]
-            found = fn(node, claimed)
+            found = fn(node, walk)
             if isinstance(found, str):
                 untunable.append(UntunableNode(_name(node), kind, found))
             else:
-                tasks += found if isinstance(found, list) else [found]
+                found_nodes.append((node, found))
         elif op in _OPERATORS or op in _OTHERS:
             kind = _OPERATORS[op][0] if op in _OPERATORS else _OTHERS[op]
             why = " (padding given as a string)" if (op, overload) == ("conv2d", "padding") else ""
             untunable.append(UntunableNode(_name(node), kind, f"aten.{op}.{overload}{why}"))
+    return found_nodes, untunable, walk
+
+
+def extract_tasks(model: Any, example_input: Any, name: str = "") -> TaskTable:
+    """The task table of ``model`` (an ``nn.Module``, put in eval mode) on ``example_input``
+    (a tensor, or a tuple of the forward's positional arguments)."""
+    graph = export_graph(model, example_input, name).graph
+    found, untunable, _ = operator_nodes(graph)
+    tasks: list[ModelTask] = []
+    for _, task in found:
+        tasks += task if isinstance(task, list) else [task]
     return merge(name or type(model).__name__, tasks, untunable)
 
 

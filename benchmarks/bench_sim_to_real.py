@@ -1,0 +1,376 @@
+"""Sim-to-real agreement: does the replay world (a dataset's answers, misses by its surrogate or
+world model) rank search agents as the real machine does, and do its promised bests hold live?
+
+    python benchmarks/bench_sim_to_real.py --dataset data/reference.parquet \\
+        [--suite corpus-test-cpu] [--tasks N | --task KEY ...] [--agents random,grid,ga,xgb,ppo] \\
+        [--seeds 0,1,2] [--trials 64] [--on-miss surrogate] [--threads T] [--remeasure 3] \\
+        [--out sim_to_real.json] [--resume] [--docs DIR]
+
+Per task (task by task, so that the machine's drift over a long run hits every agent of a task
+alike), every agent x seed runs twice, both times through the leaderboard harness
+(``tensorgym.leaderboard.run``):
+
+1. **Replay**: ``run_suite`` with ``RunOptions.replay`` (the leaderboard's replay track,
+   ``tensorgym leaderboard run ... --replay DATASET``): every trial answered by the dataset,
+   misses as ``--on-miss`` says. Each entry's *replay-predicted best* is the best GFLOP/s the
+   replay answered during its search (``best.gflops_search``). The track also re-measures that
+   config live (``best.gflops``): the *replay config, live* figure.
+2. **Live**: ``run_entry`` for every agent x seed with real measurements on this machine, in an
+   interleaved order (round r runs seed r's entries, the agents rotated by r), then the task's
+   bests re-measured together side by side in ``--remeasure`` rounds (``remeasure_bests``, as
+   ``_run_task`` of a live leaderboard does): the *live best* is that re-measured figure.
+
+Definitions (per task; an agent's figure is its mean over seeds):
+
+- **Rankings**: the replay ranking orders the agents by their mean replay-predicted best, the
+  live ranking by their mean live best. The two are never mixed: a ranking holds figures of one
+  world only.
+- **Kendall tau** (tau-b) between the two rankings: over the n(n-1)/2 pairs of agents, with C
+  pairs ordered alike in both, D pairs ordered oppositely, and T_r / T_l pairs tied in the
+  replay / live figures, tau = (C - D) / sqrt((C + D + T_r') (C + D + T_l')), where T_r' counts
+  pairs tied in replay only and T_l' in live only (a pair tied in both counts in neither).
+  1: the same order; -1: reversed; undefined (null) if either ranking ties every pair.
+  ``scipy.stats.kendalltau`` computes it where scipy is installed; ``tau_b`` otherwise.
+- **Ratio** (per agent): mean replay-predicted best / mean live best. 1: the replay world's
+  promise holds; 2: replay promised twice what the agent reaches for real. Null when the live
+  mean is 0 (every live best failed).
+- **Promise** (per agent): mean replay-predicted best / mean of the same configs re-measured
+  live: whether the configs replay rates highly are as fast as replay says.
+
+Summary: the mean tau over tasks (null taus left out, and counted) and the median ratio over
+every task x agent; the issue's targets are mean tau >= 0.6 and a median ratio within 20% of 1.
+
+The JSON (``--out``) is rewritten after each task; ``--resume`` keeps the tasks it holds (the
+same agents, seeds, trials, dataset, on_miss, threads and remeasure rounds, else it refuses) and
+runs the rest. ``--docs DIR`` also keeps each task's two leaderboard results documents
+(``DIR/<i>-replay.json``, ``DIR/<i>-live.json``: ``tensorgym validate`` / ``leaderboard show``
+read them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from tensorgym import registry
+from tensorgym.dataset import Dataset
+from tensorgym.errors import TensorGymError
+from tensorgym.leaderboard.harness import (device_info, device_threads, runtime_options,
+                                           software_versions)
+from tensorgym.leaderboard.results import Entry, ResultsDoc, Run, utc_now
+from tensorgym.leaderboard.run import RunOptions, remeasure_bests, run_entry, run_suite
+from tensorgym.leaderboard.suites import Suite, get_suite
+from tensorgym.measure import LocalMeasurer
+from tensorgym.workloads import get_workload
+
+DEFAULT_AGENTS = ("random", "grid", "ga", "xgb", "ppo")
+TARGET_TAU = 0.6
+TARGET_RATIO_TOLERANCE = 0.2
+Say = Callable[[str], None]
+
+
+# --- Kendall tau -------------------------------------------------------------------------------
+
+def tau_b(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
+    """Kendall's tau-b of two equally long sequences (see the module docstring); None where it
+    is undefined (fewer than two items, or either sequence constant)."""
+    if len(x) != len(y):
+        raise ValueError(f"tau_b of sequences of {len(x)} and {len(y)} items")
+    c = d = tied_x = tied_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            s = _sign(x[i] - x[j]) * _sign(y[i] - y[j])
+            c, d = c + (s > 0), d + (s < 0)
+            tied_x += x[i] == x[j] and y[i] != y[j]
+            tied_y += y[i] == y[j] and x[i] != x[j]
+    denominator = math.sqrt((c + d + tied_x) * (c + d + tied_y))
+    return (c - d) / denominator if denominator else None
+
+
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
+    """tau-b by ``scipy.stats.kendalltau`` if scipy is installed, else by ``tau_b``; None where
+    it is undefined."""
+    if len(x) < 2:
+        return None
+    try:
+        from scipy.stats import kendalltau
+    except ImportError:
+        return tau_b(x, y)
+    import warnings
+
+    with warnings.catch_warnings():  # a constant input: nan, with a warning
+        warnings.simplefilter("ignore")
+        t = float(kendalltau(x, y).statistic)
+    return None if math.isnan(t) else t
+
+
+# --- the two runs of one task ------------------------------------------------------------------
+
+def run_replay(task: tuple[str, str], agents: Sequence[str], options: RunOptions,
+               say: Say) -> ResultsDoc:
+    """The leaderboard's replay track on one task."""
+    suite = Suite(f"sim-to-real:{task[0]}", (task,), options.trials, tuple(options.seeds))
+    return run_suite(suite, agents, options, progress=say)
+
+
+def interleaved(agents: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """(agent, seed) pairs: seed by seed, the agents' order rotated by one each seed."""
+    out = []
+    for r, seed in enumerate(seeds):
+        k = r % len(agents)
+        out += [(a, seed) for a in [*agents[k:], *agents[:k]]]
+    return out
+
+
+def run_live(task: tuple[str, str], agents: Sequence[str], options: RunOptions,
+             say: Say) -> ResultsDoc:
+    """Every agent x seed measured live in an interleaved order, then the task's bests
+    re-measured together (the live leaderboard's ``_run_task``, in another order)."""
+    workload, target = task
+    suite = Suite(f"sim-to-real:{workload}", (task,), options.trials, tuple(options.seeds))
+    run = Run(uuid.uuid4().hex, utc_now(), device_info(target, options.threads),
+              software_versions(),
+              {**suite.to_json(), "agents": list(agents)}, list(options.seeds))
+    measurer = LocalMeasurer(target, **runtime_options(target, options.threads))
+    try:
+        for agent, seed in interleaved(agents, options.seeds):
+            e = run_entry(agent, workload, target, seed, options.trials,
+                          replace(options, remeasure=0), measurer=measurer)
+            run.entries.append(e)
+            say(f"{e.label or e.workload}@{target}: {agent} seed {seed}: best "
+                f"{_best(e, search=True):.2f} GFLOP/s live in search ({e.wall_time:.1f}s)")
+        remeasure_bests(run.entries, options.remeasure, measurer, vendor=False,
+                        threads=device_threads(run.device["name"]) or 0)
+    finally:
+        measurer.close()
+    return ResultsDoc([run])
+
+
+def _best(e: Entry, search: bool = False) -> float:
+    if e.best is None:
+        return 0.0
+    return e.best.gflops_search if search else e.best.gflops
+
+
+# --- per task figures --------------------------------------------------------------------------
+
+def by_agent(doc: ResultsDoc, agents: Sequence[str], search: bool) -> dict[str, dict[int, float]]:
+    """Each agent's best per seed: the search figure (``search``) or the re-measured one."""
+    out: dict[str, dict[int, float]] = {a: {} for a in agents}
+    for run in doc.runs:
+        for e in run.entries:
+            out[e.agent][e.seed] = _best(e, search)
+    return out
+
+
+def _mean(per_seed: dict[int, float]) -> float:
+    return statistics.fmean(per_seed.values()) if per_seed else 0.0
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return a / b if b > 0 else None
+
+
+def task_summary(task: tuple[str, str], agents: Sequence[str], replay: ResultsDoc,
+                 live: ResultsDoc) -> dict[str, Any]:
+    """One task's figures (the module docstring defines them)."""
+    predicted = by_agent(replay, agents, search=True)
+    replay_live = by_agent(replay, agents, search=False)
+    live_best = by_agent(live, agents, search=False)
+    per_agent = {}
+    for a in agents:
+        p, q, m = _mean(predicted[a]), _mean(replay_live[a]), _mean(live_best[a])
+        per_agent[a] = {"replay_predicted": p, "replay_config_live": q, "live": m,
+                        "ratio": _ratio(p, m), "promise": _ratio(p, q),
+                        "seeds": {"replay_predicted": predicted[a],
+                                  "replay_config_live": replay_live[a], "live": live_best[a]}}
+    ratios = [r["ratio"] for r in per_agent.values() if r["ratio"] is not None]
+    w = get_workload(task[0])
+    return {"workload": w.key, "label": w.label, "target": task[1], "agents": per_agent,
+            "replay_ranking": _ranking(per_agent, "replay_predicted"),
+            "live_ranking": _ranking(per_agent, "live"),
+            "tau": kendall_tau([per_agent[a]["replay_predicted"] for a in agents],
+                               [per_agent[a]["live"] for a in agents]),
+            "median_ratio": statistics.median(ratios) if ratios else None}
+
+
+def _ranking(per_agent: dict[str, dict], key: str) -> list[str]:
+    return sorted(per_agent, key=lambda a: -per_agent[a][key])
+
+
+def summary(tasks: list[dict]) -> dict[str, Any]:
+    """Mean tau over tasks and median ratio over task x agent, against the issue's targets."""
+    taus = [t["tau"] for t in tasks if t["tau"] is not None]
+    ratios = [r["ratio"] for t in tasks for r in t["agents"].values() if r["ratio"] is not None]
+    promises = [r["promise"] for t in tasks for r in t["agents"].values()
+                if r["promise"] is not None]
+    mean_tau = statistics.fmean(taus) if taus else None
+    median_ratio = statistics.median(ratios) if ratios else None
+    return {"tasks": len(tasks), "tasks_without_tau": len(tasks) - len(taus),
+            "mean_tau": mean_tau, "median_ratio": median_ratio,
+            "median_promise": statistics.median(promises) if promises else None,
+            "tau_target_met": mean_tau is not None and mean_tau >= TARGET_TAU,
+            "ratio_target_met": (median_ratio is not None
+                                 and abs(median_ratio - 1) <= TARGET_RATIO_TOLERANCE)}
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def _f(v: Optional[float], fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(tasks: list[dict], agents: Sequence[str]) -> str:
+    """Markdown: one row per task (tau, median ratio, ratio per agent), then the summary."""
+    head = ["task", "tau", "median ratio", *(f"{a} ratio" for a in agents)]
+    rows = [[t["label"], _f(t["tau"]), _f(t["median_ratio"]),
+             *(_f(t["agents"][a]["ratio"]) for a in agents)] for t in tasks]
+    return _markdown(head, rows)
+
+
+def detail_table(tasks: list[dict], agents: Sequence[str]) -> str:
+    """Markdown: per task x agent, the three figures (GFLOP/s, means over seeds) and ratios."""
+    head = ["task", "agent", "replay predicted", "replay config, live", "live best", "ratio",
+            "promise"]
+    rows = [[t["label"], a, _f(r["replay_predicted"]), _f(r["replay_config_live"]),
+             _f(r["live"]), _f(r["ratio"]), _f(r["promise"])]
+            for t in tasks for a, r in ((a, t["agents"][a]) for a in agents)]
+    return _markdown(head, rows)
+
+
+def _markdown(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    return (f"mean tau over {s['tasks'] - s['tasks_without_tau']} task(s) "
+            f"({s['tasks_without_tau']} without one): {_f(s['mean_tau'], '.3f')} "
+            f"(target >= {TARGET_TAU}: {'met' if s['tau_target_met'] else 'not met'}); "
+            f"median ratio replay/live: {_f(s['median_ratio'], '.3f')} (target within "
+            f"{TARGET_RATIO_TOLERANCE:.0%} of 1: {'met' if s['ratio_target_met'] else 'not met'});"
+            f" median promise: {_f(s['median_promise'], '.3f')}")
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def parse_args(argv: "Sequence[str] | None" = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True, help="records database or export (.parquet)")
+    p.add_argument("--suite", default="corpus-test-cpu")
+    p.add_argument("--tasks", type=int, default=0, help="only the suite's first N tasks")
+    p.add_argument("--task", action="append", default=[], metavar="KEY",
+                   help="only this task of the suite (repeatable)")
+    p.add_argument("--agents", default=",".join(DEFAULT_AGENTS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--on-miss", default="surrogate")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
+    p.add_argument("--remeasure", type=int, default=3, help="rounds re-measuring bests (>= 1)")
+    p.add_argument("--out", default="sim_to_real.json")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--docs", help="a folder for each task's two leaderboard results documents")
+    p.add_argument("--verbose", action="store_true", help="the harness's line per entry")
+    return p.parse_args(argv)
+
+
+def select_tasks(suite: Suite, n: int, keys: Sequence[str]) -> list[tuple[str, str]]:
+    tasks = list(suite.tasks)
+    if keys:
+        wanted = [get_workload(k).key for k in keys]
+        have = {get_workload(w).key: (w, t) for w, t in tasks}
+        missing = [k for k in wanted if k not in have]
+        if missing:
+            raise TensorGymError(f"suite {suite.name} has no task {', '.join(missing)}")
+        tasks = [have[k] for k in wanted]
+    return tasks[:n] if n > 0 else tasks
+
+
+def settings(args: argparse.Namespace, agents: list[str], seeds: list[int]) -> dict[str, Any]:
+    """What a resumed run must share with the one it continues."""
+    return {"suite": args.suite, "agents": agents, "seeds": seeds, "trials": args.trials,
+            "dataset": str(Path(args.dataset).resolve()), "on_miss": args.on_miss,
+            "threads": args.threads, "remeasure": args.remeasure}
+
+
+def load_done(out: Path, config: dict[str, Any], resume: bool) -> list[dict]:
+    if not (resume and out.exists()):
+        return []
+    old = json.loads(out.read_text())
+    if old.get("settings") != config:
+        raise TensorGymError(f"{out} was written with other settings ({old.get('settings')}); "
+                             "rerun without --resume or with the same options")
+    return list(old.get("tasks", []))
+
+
+def save(out: Path, config: dict[str, Any], tasks: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps({"settings": config, "tasks": tasks, "summary": summary(tasks)},
+                              indent=1))
+    tmp.replace(out)  # a kill mid-write leaves the previous file whole
+
+
+def run_task(task: tuple[str, str], agents: list[str], options: RunOptions, say: Say,
+             docs: "Path | None", index: int) -> dict[str, Any]:
+    """Replay, then live, for one task; its summary with the wall seconds of each side."""
+    t0 = time.perf_counter()
+    replay = run_replay(task, agents, options, say)
+    t1 = time.perf_counter()
+    live = run_live(task, agents, replace(options, replay=None), say)
+    t2 = time.perf_counter()
+    if docs is not None:
+        replay.save(docs / f"{index}-replay.json")
+        live.save(docs / f"{index}-live.json")
+    return {**task_summary(task, agents, replay, live),
+            "replay_s": round(t1 - t0, 1), "live_s": round(t2 - t1, 1)}
+
+
+def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
+    """Run the benchmark; returns the document written to ``--out``."""
+    args = parse_args(argv)
+    agents = [a for a in args.agents.split(",") if a]
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    for a in agents:
+        registry.spec(a)  # an unknown name fails before any run
+    tasks = select_tasks(get_suite(args.suite), args.tasks, args.task)
+    config = settings(args, agents, seeds)
+    out = Path(args.out)
+    done = load_done(out, config, args.resume)
+    options = RunOptions(trials=args.trials, seeds=seeds, remeasure=args.remeasure,
+                         vendor=False, records=False, threads=args.threads,
+                         replay=Dataset.load(args.dataset), on_miss=args.on_miss)
+    say: Say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.verbose else (
+        lambda m: None)
+    docs = Path(args.docs) if args.docs else None
+    keys = {(t["workload"], t["target"]) for t in done}
+    for i, task in enumerate(tasks, 1):
+        if (get_workload(task[0]).key, task[1]) in keys:
+            print(f"[{i}/{len(tasks)}] {task[0]}@{task[1]}: done earlier, kept", flush=True)
+            continue
+        done.append(run_task(task, agents, options, say, docs, i))
+        save(out, config, done)
+        t = done[-1]
+        print(f"[{i}/{len(tasks)}] {t['label']}@{t['target']}: tau {_f(t['tau'])}, median "
+              f"ratio {_f(t['median_ratio'])}; replay {' > '.join(t['replay_ranking'])}, live "
+              f"{' > '.join(t['live_ranking'])} ({t['replay_s']:.0f}s replay, "
+              f"{t['live_s']:.0f}s live)", flush=True)
+    save(out, config, done)
+    print("\n" + table(done, agents) + "\n\n" + detail_table(done, agents) + "\n\n"
+          + summary_text(summary(done)))
+    return json.loads(out.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""``tensorgym bench-model MODEL --db X`` (registered by ``tensorgym/cli.py``): a built-in model
+compiled with ``nn.compile`` on the tune in X, timed interleaved against PyTorch eager and
+``torch.compile`` (inductor), then each replaced task against the PyTorch operator it replaces."""
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from typing import Any
+
+
+def add_parser(sub: Any, positive: Any) -> None:
+    """Add the ``bench-model`` command to the subparsers ``sub`` of the ``tensorgym`` parser."""
+    p = sub.add_parser("bench-model", help="time a built-in model compiled on a tune's records "
+                       "(nn.compile) against PyTorch eager and torch.compile, interleaved")
+    p.add_argument("model", help="a built-in model (tensorgym list models)")
+    p.add_argument("--db", required=True, help="records database of a tune (tune-model)")
+    p.add_argument("--rounds", type=positive, default=5, help="interleaved rounds (median)")
+    p.add_argument("--min-round-ms", type=float, default=50.0,
+                   help="each variant's calls in a round last at least this long")
+    p.add_argument("--no-inductor", action="store_true", help="leave torch.compile out")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from .bench import inductor, interleaved, task_pair
+    from .compiled import CompileWarning, compile
+    from .models import get_model
+
+    model, x = get_model(args.model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompileWarning)  # the report below says it
+        cm = compile(model, x, args.db, name=args.model)
+    report = cm.tensorgym_report
+    fns = {"tensorgym": lambda: cm(x), "eager": lambda: model(x)}
+    ind, why = (None, "left out (--no-inductor)") if args.no_inductor else inductor(model, x)
+    if ind is not None:
+        fns["inductor"] = lambda: ind(x)
+    lat = interleaved(fns, args.rounds, args.min_round_ms / 1e3)
+    tasks = []
+    for key, k in cm.tensorgym_kernels.items():
+        ours, theirs = task_pair(k)
+        t = interleaved({"ours": ours, "pytorch": theirs}, args.rounds, args.min_round_ms / 1e3)
+        count = sum(r.key == key for r in report.replaced)
+        tasks.append({"task": key, "count": count, "ours_ms": t["ours"] * 1e3,
+                      "pytorch_ms": t["pytorch"] * 1e3, "speedup": t["pytorch"] / t["ours"]})
+    out = {"model": args.model, "device": report.device, "rounds": args.rounds,
+           "latency_ms": {k: v * 1e3 for k, v in lat.items()}, "inductor": why or "ok",
+           "replaced": len(report.replaced), "kept": len(report.kept), "tasks": tasks}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print(out, report)
+    return 0
+
+
+def _print(out: dict, report: Any) -> None:
+    lat = out["latency_ms"]
+    print(f"{report.summary()}; median of {out['rounds']} interleaved rounds")
+    print("| variant | latency ms | eager / this |\n|---|---:|---:|")
+    for name, ms in lat.items():
+        print(f"| {name} | {ms:.3f} | {lat['eager'] / ms:.2f}x |")
+    if out["inductor"] != "ok":
+        print(f"inductor: {out['inductor']}")
+    if "inductor" in lat:
+        print(f"tensorgym vs inductor: {lat['inductor'] / lat['tensorgym']:.2f}x")
+    print("\n| task | count | ours ms | PyTorch ms | speedup |\n|---|---:|---:|---:|---:|")
+    for t in out["tasks"]:
+        print(f"| `{t['task']}` | {t['count']} | {t['ours_ms']:.4f} | {t['pytorch_ms']:.4f} "
+              f"| {t['speedup']:.2f}x |")
+    if report.kept:
+        print(f"\n{len(report.kept)} operator nodes keep PyTorch's op:")
+        for k in report.kept:
+            print(f"  {k.node} `{k.key}`: {k.reason}")

@@ -1,0 +1,136 @@
+"""``tensorgym.nn.compile(model, example_input, db=...)``: a module whose tuned operators run
+tensorgym's kernels, everything else staying PyTorch.
+
+The model is exported (``torch.export``) and its graph walked as task extraction walks it
+(``extract.operator_nodes``). Each task with an ok record in ``db`` on this device (PyTorch's
+thread count: ``torch.get_num_threads()``, baked into the kernels) has its best config built,
+checked by the measurement worker and loaded here (``kernels``: the bytes the worker checked);
+its nodes become calls of ``torch.ops.tensorgym.kernel`` (``rewrite``). A task without such a
+record, or whose kernel fails the check, keeps PyTorch's op: the report
+(``module.tensorgym_report``) says why, and a warning lists them.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import closing
+from typing import Any, Optional
+
+from ..errors import TensorGymError
+from ..hardware.target import get_target
+from ..measure import MeasureOptions
+from ..records import Records
+from ..templates import canonical_target
+from .extract import _name, export_graph, operator_nodes
+from .report import CompileReport, KeptNode, ReplacedNode
+
+#: how a kernel is checked before it may run in the caller's process (a few samples: its time
+#: is reported, not recorded)
+CHECK_OPTIONS = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
+
+
+class CompileWarning(UserWarning):
+    """Operators of the model that keep PyTorch's implementation (the report says why)."""
+
+
+def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str = "cpu", *,
+            options: Optional[MeasureOptions] = None, name: str = "") -> Any:
+    """``model`` (an ``nn.Module``, put in eval mode) with its tuned operators replaced by
+    tensorgym kernels: a ``torch.fx.GraphModule`` taking ``example_input``'s shapes, with
+    ``tensorgym_report`` (a ``CompileReport``). ``db``: the records database of a tune
+    (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``).
+    Inference only: the kernels have no autograd formula (a backward through one raises)."""
+    import torch
+
+    from .kernels import bind_openmp
+    from .rewrite import drop_unused_constants  # its import defines torch.ops.tensorgym.kernel
+
+    if canonical_target(target) != "cpu":
+        raise TensorGymError(f"nn.compile runs kernels on the CPU only, not {target!r}")
+    if not os.path.exists(db):
+        raise TensorGymError(f"records database {os.fspath(db)!r} does not exist")
+    label = name or type(model).__name__
+    gm = export_graph(model, example_input, label).module()
+    found, untunable, walk = operator_nodes(gm.graph)
+    threads = torch.get_num_threads()
+    device = get_target("cpu").device_fingerprint(num_threads=threads)
+    openmp = bind_openmp(os.path.join(os.path.dirname(torch.__file__), "lib"))
+    report = CompileReport(label, device, openmp)
+    report.kept += [KeptNode(u.node, u.op, f"untunable: {u.reason}") for u in untunable]
+    state = _Compiler(gm, device, threads, options or CHECK_OPTIONS, report)
+    try:
+        with closing(Records(db)) as records:
+            for i, (node, task) in enumerate(found):
+                state.one(records, node, task, walk.chains.get(node, []), f"_tensorgym_{i}")
+    finally:
+        state.close()
+    drop_unused_constants(gm)
+    gm.graph.lint()
+    gm.recompile()
+    gm.tensorgym_report = report
+    gm.tensorgym_kernels = state.kernels  # key -> CheckedKernel: keeps the loaded code alive
+    if report.kept:
+        warnings.warn(f"{report.summary()}; kept: " + "; ".join(
+            f"{k.node} ({k.reason})" for k in report.kept), CompileWarning, stacklevel=2)
+    return gm
+
+
+class _Compiler:
+    """One compile's kernels (by task key) and its measurer, started at the first check."""
+
+    def __init__(self, gm: Any, device: str, threads: int, options: MeasureOptions,
+                 report: CompileReport) -> None:
+        self.gm, self.device, self.threads, self.options = gm, device, threads, options
+        self.report = report
+        self.kernels: dict = {}
+        self.refused: dict[str, str] = {}
+        self.measurer: Any = None
+
+    def one(self, records: Records, node: Any, task: Any, chain: list, tag: str) -> None:
+        from .rewrite import NotReplaceable, replace
+
+        if isinstance(task, list):  # attention: two tasks with the softmax between them
+            self.report.kept.append(KeptNode(_name(node), "+".join(t.key for t in task),
+                                             "attention (softmax between its two batch_matmuls)"))
+            return
+        kernel = self.kernel(records, task)
+        if isinstance(kernel, str):
+            self.report.kept.append(KeptNode(_name(node), task.key, kernel))
+            return
+        try:
+            replace(self.gm, node, chain, kernel, tag)
+        except NotReplaceable as e:
+            self.report.kept.append(KeptNode(_name(node), task.key, str(e)))
+            return
+        self.report.replaced.append(ReplacedNode(task.nodes[0], task.key, kernel.config.index,
+                                                 kernel.seconds * 1e3, kernel.sha256,
+                                                 kernel.note))
+
+    def kernel(self, records: Records, task: Any) -> Any:
+        """The checked kernel of ``task`` (one per key), or why there is none."""
+        from .kernels import best_record, check_and_load, config_of
+
+        key = task.key
+        if key in self.kernels or key in self.refused:
+            return self.kernels.get(key) or self.refused[key]
+        workload = task.workload()
+        found = best_record(records, key, self.device)
+        config = config_of(workload, found[0]) if not isinstance(found, str) else found
+        if isinstance(config, str):
+            self.refused[key] = config
+            return config
+        if self.measurer is None:
+            from ..session import make_measurer
+
+            self.measurer = make_measurer("cpu", options=self.options, num_threads=self.threads)
+        got = check_and_load(self.measurer, workload, config, found[0].device, found[1])
+        (self.kernels if not isinstance(got, str) else self.refused)[key] = got
+        return got
+
+    def close(self) -> None:
+        if self.measurer is not None:
+            self.measurer.close()
+            self.measurer = None
+
+
+__all__ = ["CHECK_OPTIONS", "CompileWarning", "compile"]

@@ -1,0 +1,214 @@
+"""``tensorgym.nn.compile``: after a short tune, a model's tuned operators run tensorgym's checked
+kernels in this process and the output matches eager PyTorch; operators without a record (or
+whose kernel fails the worker's check) keep PyTorch's op and are reported; torch.export sees the
+custom op; one OpenMP runtime; no process left behind."""
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorgym.measure import LocalMeasurer, MeasureOptions  # noqa: E402
+from tensorgym.nn import CompileWarning, compile, get_model  # noqa: E402
+from tensorgym.nn.kernels import openmp_copies  # noqa: E402
+from tensorgym.nn.scheduler import TaskScheduler, model_tasks_of  # noqa: E402
+from tensorgym.session import make_measurer  # noqa: E402
+
+from .proc_tree import descendants, survivors  # noqa: E402
+
+FAST = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
+
+
+def tune(db, model, tasks, per_task=4):
+    measurer = make_measurer("cpu", options=FAST, num_threads=torch.get_num_threads())
+    try:
+        with TaskScheduler(model, tasks, str(db), per_task * len(tasks), batch=per_task,
+                           agent="random", measurer=measurer) as s:
+            s.run(progress=False)
+    finally:
+        measurer.close()
+
+
+@pytest.fixture(scope="module")
+def dqn_db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("compile") / "dqn.db"
+    tune(db, "dqn", model_tasks_of("dqn"))
+    return str(db)
+
+
+def same(model, compiled, shape, n=3):
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(n):
+            x = torch.randn(*shape, generator=gen)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def kernel_nodes(graph):
+    return [n for n in graph.nodes if n.target is torch.ops.tensorgym.kernel.default]
+
+
+def test_dqn_runs_checked_kernels_and_matches_eager(dqn_db):
+    model, x = get_model("dqn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)  # every operator has a record
+        cm = compile(model, x, dqn_db)
+    report = cm.tensorgym_report
+    assert [r.node for r in report.replaced] == ["0", "2", "4", "7", "9"] and not report.kept
+    assert report.device.endswith(f"/{torch.get_num_threads()}t")
+    assert all(len(r.sha256) == 64 and r.kernel_ms > 0 for r in report.replaced)
+    assert len(kernel_nodes(cm.graph)) == 5
+    same(model, cm, x.shape)
+    # one OpenMP runtime in this process, the one the kernels were bound to (torch's)
+    assert len(set(openmp_copies())) == 1
+    assert os.path.realpath(report.openmp) == openmp_copies()[0]
+    assert not survivors(descendants(os.getpid()))  # the checking measurer is closed
+
+
+def test_export_sees_the_custom_op(dqn_db):
+    model, x = get_model("dqn")
+    cm = compile(model, x, dqn_db)
+    ep = torch.export.export(cm, (x,))
+    assert len(kernel_nodes(ep.graph)) == 5
+    same(model, ep.module(), x.shape, n=1)
+
+
+def test_an_operator_without_a_record_keeps_pytorch(dqn_db):
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(32 * 20 * 20, 10)).eval()
+    x = torch.randn(1, 4, 84, 84)
+    with pytest.warns(CompileWarning, match="no ok record"):
+        cm = compile(model, x, dqn_db)
+    report = cm.tensorgym_report
+    assert [r.node for r in report.replaced] == ["0"]
+    assert [(k.node, k.key) for k in report.kept] == [("3", "dense:1,12800,10+bias")]
+    assert "no ok record" in report.kept[0].reason and "3" in report.markdown()
+    assert len(kernel_nodes(cm.graph)) == 1
+    same(model, cm, x.shape)
+
+
+def test_a_kernel_that_fails_the_check_is_refused(dqn_db, monkeypatch):
+    from dataclasses import replace
+
+    from tensorgym.errors import ErrorCode
+
+    real = LocalMeasurer.time_builds
+
+    def wrong(self, workload, configs, builds, opts):
+        out = real(self, workload, configs, builds, opts)
+        return [replace(r, error=ErrorCode.WRONG_ANSWER, error_msg="max relative error 1")
+                for r in out]
+
+    monkeypatch.setattr(LocalMeasurer, "time_builds", wrong)
+    model, x = get_model("dqn")
+    with pytest.warns(CompileWarning, match="check failed"):
+        cm = compile(model, x, dqn_db)
+    assert not cm.tensorgym_report.replaced and len(cm.tensorgym_report.kept) == 5
+    assert not kernel_nodes(cm.graph)
+    same(model, cm, x.shape, n=1)
+
+
+def test_another_thread_count_is_rebuilt_and_checked(dqn_db):
+    threads = torch.get_num_threads()
+    other = 1 if threads > 1 else 2
+    if other > (os.cpu_count() or 1):
+        pytest.skip("one core: no other thread count to rebuild for")
+    model, x = get_model("dqn")
+    torch.set_num_threads(other)
+    try:
+        cm = compile(model, x, dqn_db)
+        report = cm.tensorgym_report
+        assert report.device.endswith(f"/{other}t") and len(report.replaced) == 5
+        assert all(f"rebuilt for {other} threads" in r.note for r in report.replaced)
+        same(model, cm, x.shape, n=1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_resnet18_with_a_few_tuned_tasks(tmp_path):
+    keys = dict(model_tasks_of("resnet18"))
+    picked = ["conv2d:1,64,56,56,64,3,1,1+bias+add+relu", "conv2d:1,64,56,56,128,1,2,0+bias",
+              "dense:1,512,1000+bias"]
+    db = tmp_path / "r18.db"
+    tune(db, "resnet18", [(k, keys[k]) for k in picked], per_task=3)
+    model, x = get_model("resnet18")
+    with pytest.warns(CompileWarning):
+        cm = compile(model, x, str(db))
+    report = cm.tensorgym_report
+    assert sorted({r.key for r in report.replaced}) == sorted(picked)
+    assert [r.node for r in report.replaced] == ["layer1.0.conv2", "layer1.1.conv2",
+                                                 "layer2.0.downsample.0", "fc"]
+    assert len(report.kept) == 21 - 4
+    same(model, cm, x.shape, n=2)
+
+
+def test_clear_errors(tmp_path):
+    model, x = get_model("dqn")
+    with pytest.raises(Exception, match="does not exist"):
+        compile(model, x, str(tmp_path / "none.db"))
+    with pytest.raises(Exception, match="CPU only"):
+        compile(model, x, str(tmp_path / "none.db"), target="cuda")
+
+
+def test_bench_model_smoke(dqn_db):
+    import json
+
+    from .cli_run import cli
+
+    rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db, "--rounds", "1",
+                        "--min-round-ms", "1", "--no-inductor", "--json"])
+    assert rc == 0, err
+    got = json.loads(out)
+    assert set(got["latency_ms"]) == {"tensorgym", "eager"} and got["replaced"] == 5
+    assert len(got["tasks"]) == 5 and all(t["ours_ms"] > 0 for t in got["tasks"])
+    rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db + ".missing"])
+    assert rc == 1 and "does not exist" in err
+
+
+class Small(torch.nn.Module):
+    """Every operator kind: a linear whose GELU follows a reshape, 2-D and 4-D matmuls of two
+    activations (packed at run time where the config packs one), a depthwise conv with ReLU6,
+    a grouped conv with a folded BatchNorm, a linear whose residual add follows a reshape."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.fc, self.bn = nn.Linear(16, 32), nn.BatchNorm2d(16)
+        self.proj = nn.Linear(16, 16)
+        self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+        self.gc = nn.Conv2d(8, 16, 3, 1, 1, groups=2)
+
+    def forward(self, x, a, b, q, k, img, r):
+        F = torch.nn.functional
+        c = F.relu6(self.dw(img))
+        return (F.gelu(self.fc(x).reshape(1, 8, 4, 8)), torch.relu(torch.matmul(a, b)),
+                torch.matmul(q, k), torch.relu(self.bn(self.gc(c))),
+                self.proj(x).reshape(1, 8, 4, 4) + r)  # a residual add after a reshape
+
+
+def test_every_operator_kind_packing_and_layout_ops(tmp_path):
+    from tensorgym.nn import extract_tasks
+
+    torch.manual_seed(0)
+    model = Small().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    shapes = [(1, 8, 16), (8, 24), (24, 32), (2, 3, 8, 16), (2, 3, 16, 8), (1, 8, 10, 10),
+              (1, 8, 4, 4)]
+    args = tuple(torch.randn(*s) for s in shapes)
+    tasks = [(t.key, t.count) for t in extract_tasks(model, args).tasks]
+    assert len(tasks) == 6 and "dense:8,16,16+bias+add" in dict(tasks)
+    tune(tmp_path / "s.db", "small", tasks, per_task=6)
+    cm = compile(model, args, str(tmp_path / "s.db"))
+    assert len(cm.tensorgym_report.replaced) == 6 and not cm.tensorgym_report.kept
+    with torch.no_grad():
+        for _ in range(3):
+            xs = tuple(torch.randn_like(a) for a in args)
+            for got, want in zip(cm(*xs), model(*xs)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception):  # compiled for these shapes only: refused, not a crash
+        cm(*(torch.randn(2, *a.shape[1:]) if a.dim() > 2 else a for a in args))
