@@ -1,4 +1,5 @@
-"""``tensorgym dataset collect | export | import | info | fit-world | evaluate`` (registered by ``tensorgym/cli.py``)."""
+"""``tensorgym dataset collect | export | import | info | fit-world | evaluate`` (registered
+by ``tensorgym/cli.py``)."""
 from __future__ import annotations
 
 import argparse
