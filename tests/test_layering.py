@@ -107,12 +107,14 @@ FLOORS = (
     ("tensorgym.lower",),
     ("tensorgym.features", "tensorgym.measure"),
     ("tensorgym.records",),
-    ("tensorgym.dataset.data", "tensorgym.dataset.cache", "tensorgym.dataset.surrogate"),
+    ("tensorgym.dataset.data", "tensorgym.dataset.cache",
+     "tensorgym.dataset.world"),  # world: the replay's model of misses (its cli sits above)
     ("tensorgym.dataset.replay",),
     ("tensorgym.session",),
     ("tensorgym.envs",),
     ("tensorgym.search", "tensorgym.nn"),  # nn: workloads and errors only, torch optional
-    ("tensorgym.dataset",),  # collection and its command line: tunes, on sessions
+    ("tensorgym.dataset", "tensorgym.dataset.world.cli", "tensorgym.dataset.world.evaluate"),
+    # collection and the command lines: tunes, on sessions
     ("tensorgym.leaderboard",),
     ("tensorgym", "tensorgym.cli", "tensorgym.__main__"),
 )

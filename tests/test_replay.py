@@ -104,12 +104,25 @@ def test_on_miss_surrogate_is_fitted_once_cached_and_never_recorded(db, tmp_path
     assert {i["source"] for i in infos} == {"surrogate"}
     assert all(i["gflops"] > 0 and i["cached"] for i in infos)
     assert len(records) == 0  # a surrogate answer is not a measurement
-    cached = list(Path(db + ".cache").glob("*surrogate*"))
-    assert len(cached) == 1
+    assert {i["error"] for i in infos} == {"NO_ERROR"}
+    cached = list(Path(db + ".cache").glob("*world*/manifest.json"))
+    assert len(cached) == 1  # the world model, fitted on the dataset
     stamp = cached[0].stat().st_mtime_ns
     again = make(db, on_miss="surrogate").unwrapped
-    assert [r.gflops for r in again.session.measure(misses)] == [i["gflops"] for i in infos]
+    results = again.session.measure(misses)
+    assert [r.gflops for r in results] == [i["gflops"] for i in infos]
+    assert {r.extra["surrogate"] for r in results} == {"world"}
     assert cached[0].stat().st_mtime_ns == stamp  # loaded, not fitted again
+
+
+def test_on_miss_surrogate_answers_a_task_the_dataset_lacks(db):
+    env = make(db, on_miss="surrogate", workload="matmul:40,24,56")
+    obs, _ = env.reset(seed=0)
+    _, reward, *_, info = env.step(env.action_space.sample())
+    assert info["source"] == "surrogate" and np.isfinite(reward)
+    assert env.unwrapped.session.reference_seconds > 0  # the reference: estimated too
+    with pytest.raises(TensorGymError, match="no records of matmul:40,24,56"):
+        make(db, on_miss="nearest", workload="matmul:40,24,56").reset(seed=0)
 
 
 def test_on_miss_measure_measures_here_and_records_it(db, tmp_path):

@@ -119,4 +119,4 @@ def test_replay_run_refuses_what_it_cannot_do_honestly(db):
     with pytest.raises(TensorGymError, match="recorded on"):  # another thread count: another device
         run_suite(SUITE, ["random"], replay_options(db, threads=2))
     with pytest.raises(TensorGymError, match="no records"):
-        run_suite(get_suite("quick-cpu"), ["random"], replay_options(db))
+        run_suite(get_suite("quick-cpu"), ["random"], replay_options(db, on_miss="nearest"))

@@ -49,9 +49,12 @@ def test_train_on_replay_learns_from_recorded_answers_and_reproduces(db, tmp_pat
 def test_train_on_replay_refuses_a_non_rl_agent_and_a_missing_task(db, tmp_path):
     with pytest.raises(TensorGymError, match="stable-baselines3"):
         train_on_replay("random", [WORKLOAD], "cpu", db, 8, 0, str(tmp_path / "p.zip"))
-    with pytest.raises(TensorGymError):
+    with pytest.raises(TensorGymError, match="no records of matmul:8,8,8"):
         train_on_replay("maskable-ppo", ["matmul:8,8,8"], "cpu", db, 8, 0,
-                        str(tmp_path / "p.zip"))
+                        str(tmp_path / "p.zip"), on_miss="nearest")
+    # the world model answers a task the dataset lacks (issue 33): training goes on
+    train_on_replay("maskable-ppo", ["matmul:8,8,8"], "cpu", db, 8, 0, str(tmp_path / "q.zip"))
+    assert (tmp_path / "q.zip").exists()
 
 
 def test_rl_split_trains_on_replay_and_evaluates_live(db, tmp_path, capsys):

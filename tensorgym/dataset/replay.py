@@ -8,7 +8,11 @@ is a miss, answered as ``on_miss`` says:
 
 - ``error``: ``ReplayMissError`` (a ``TensorGymError``), before anything is answered;
 - ``nearest``: the recorded config that differs in the fewest knobs (then the smallest moves);
-- ``surrogate``: an XGBoost regression of the time on the features (``surrogate.py``);
+- ``surrogate``: the world model (``world/``: one model across tasks of time and failure, on the
+  workload's descriptor and the schedule's knobs), ``world=`` a ``WorldModel`` or the directory
+  of a saved one, by default fitted on this dataset's records of the device on the first miss and
+  cached beside it. A predicted failure (``p_fail > 0.5``) is answered as the dataset's most
+  common failure; a task the dataset has no record of is answered entirely by it;
 - ``measure``: measured on this machine, which must be the dataset's device.
 
 ``source`` of every result is ``recorded``, ``surrogate`` (nearest and surrogate
@@ -25,6 +29,7 @@ import random
 import statistics
 import warnings
 from collections import Counter
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
@@ -47,6 +52,7 @@ ON_MISS = ("error", "nearest", "surrogate", "measure")
 SOURCES = ("recorded", "surrogate", "measured")
 CACHED_MODES = ("relation", "context", "config")  # feature modes kept per recorded config
 MAX_MISS_ROWS = 200_000  # feature rows of missed configs kept in memory (then forgotten)
+FAIL_THRESHOLD = 0.5  # a miss the world model gives a higher probability of failing fails
 
 
 class ReplayMissError(TensorGymError, KeyError):
@@ -118,12 +124,13 @@ class ReplayTask:
     flops: int = 0
     rows: dict[str, np.ndarray] = field(default_factory=dict)  # mode -> (n, features)
     miss_rows: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
-    surrogate: Any = None
 
     def median_times(self) -> tuple[float, float]:
         """Median build and run seconds of the successful records (what a miss is charged)."""
         ok = [s for ss in self.samples for s in ss if s.ok] or [s for ss in self.samples
                                                                 for s in ss]
+        if not ok:
+            return 0.0, 0.0
         return (float(np.median([s.build_time for s in ok])),
                 float(np.median([s.run_time for s in ok])))
 
@@ -133,8 +140,10 @@ class ReplayMeasurer(MeasurerDefaults):
     between envs to load it once). ``device``: the dataset's device to replay (default: its
     only one for ``target``, or for ``workload`` if given). ``seed``: of the draws (``reseed`` starts again). ``live``: the
     measurer of ``on_miss="measure"`` (default: one made on the first miss, with ``options``
-    and ``runtime_kwargs``). ``cache_dir``: where feature rows and the surrogate are kept
-    (default: ``<dataset>.cache`` beside it)."""
+    and ``runtime_kwargs``). ``cache_dir``: where feature rows and the world model are kept
+    (default: ``<dataset>.cache`` beside it). ``world``: the world model of
+    ``on_miss="surrogate"`` (a ``WorldModel`` or a saved one's directory; default: fitted on this
+    dataset)."""
 
     timed = False  # its answers were timed when the dataset was collected
 
@@ -143,7 +152,7 @@ class ReplayMeasurer(MeasurerDefaults):
                  resample: bool = True, live: Any = None,
                  options: Optional[MeasureOptions] = None,
                  runtime_kwargs: Optional[dict] = None, cache_dir: Optional[str] = None,
-                 workload: Optional[Workload] = None) -> None:
+                 workload: Optional[Workload] = None, world: Any = None) -> None:
         if on_miss not in ON_MISS:
             raise TensorGymError(f"unknown on_miss {on_miss!r}; use one of {', '.join(ON_MISS)}")
         self.dataset = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
@@ -165,6 +174,8 @@ class ReplayMeasurer(MeasurerDefaults):
         self._tasks: dict[str, ReplayTask] = {}
         self._last: tuple = (None, None)  # the workload asked last and its task
         self._featurizer = None
+        self._world_spec = world
+        self._world: Any = None
         devices = self.dataset.devices(self.target)
         if device is None and workload is not None:
             devices = [d for d in devices if self.dataset.by_task.get(
@@ -247,7 +258,7 @@ class ReplayMeasurer(MeasurerDefaults):
         # measurer if it needs one
         return (_new_replay, (self.dataset, self.target, self.on_miss, self.device, self._seed,
                               self.resample, None, self.options, self.runtime_kwargs,
-                              self._cache_dir), self._rng.getstate())
+                              self._cache_dir, None, self._world_spec), self._rng.getstate())
 
     def __setstate__(self, state: Any) -> None:
         self._rng.setstate(state)
@@ -324,7 +335,9 @@ class ReplayMeasurer(MeasurerDefaults):
     def _load_task(self, workload: Workload) -> ReplayTask:
         space = space_for(workload, self.target)
         task = Task(workload.key, self.target, self.device)
-        recs = self.dataset.task_records(task)
+        recs = self.dataset.by_task.get(task) or []
+        if not recs and self.on_miss != "surrogate":
+            self.dataset.task_records(task)  # raises, saying what the dataset has
         configs: list[Config] = []
         samples: list[list[_Sample]] = []
         index_of: dict[int, int] = {}
@@ -353,10 +366,10 @@ class ReplayMeasurer(MeasurerDefaults):
                           f"{self.dataset.path} are not configs of today's space {space.label} "
                           "(the template changed since they were collected); left out",
                           stacklevel=3)
-        if not configs:
+        if not configs and self.on_miss != "surrogate":
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
                                f"{workload.label} on {self.device}")
-        choices = np.array([c.choices for c in configs], np.int64)
+        choices = np.array([c.choices for c in configs], np.int64).reshape(-1, len(space.knobs))
         return ReplayTask(task, workload, space, configs, samples, index_of, choices,
                           workload.flops)
 
@@ -385,22 +398,70 @@ class ReplayMeasurer(MeasurerDefaults):
     def valid(self, task: ReplayTask, config: Config) -> bool:
         return self.invalid_reason(task, config) is None
 
-    def predict_misses(self, task: ReplayTask, configs: Sequence[Config]) -> np.ndarray:
-        """The surrogate's seconds for ``configs`` of ``task`` (none of them recorded, all
-        valid): what ``on_miss="surrogate"`` answers, in one batch."""
-        from .surrogate import FEATURE_MODE, Surrogate
+    def predict_misses(self, task: ReplayTask, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
+        """The world model's (seconds, predicted failure) for ``configs`` of ``task`` (none of
+        them recorded, all valid): what ``on_miss="surrogate"`` answers, in one batch."""
+        return self.predict_miss_indices(task, np.array([c.index for c in configs], np.int64))
 
-        if task.surrogate is None:
-            rows = task.rows.get(FEATURE_MODE)
-            if rows is None:
-                rows = task.rows[FEATURE_MODE] = self._task_rows(task, FEATURE_MODE)
-            ok = [(p, s) for p, ss in enumerate(task.samples) for s in ss if s.ok]
-            X = rows[[p for p, _ in ok]] if ok else rows[:0]
-            y = np.array([float(np.median(s.costs)) for _, s in ok])
-            name = f"surrogate-{_task_hash(task.task)}-{feature_code_hash()}"
-            task.surrogate = Surrogate.fit_or_load(self.cache, name, X, y, seed=self._seed)
-        return task.surrogate.predict_seconds(self._compute_rows(task, list(configs),
-                                                                 FEATURE_MODE))
+    def predict_miss_indices(self, task: ReplayTask,
+                             indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``predict_misses`` of config indices of ``task.space``, with no ``Config`` made."""
+        pred = self.world_model().predict_indices(task.workload, self.target, indices,
+                                                  spread=False)
+        return np.asarray(pred.seconds, np.float64), pred.p_fail > FAIL_THRESHOLD
+
+    def world_model(self) -> Any:
+        """The world model of ``on_miss="surrogate"`` (loaded or fitted on the first call)."""
+        if self._world is None:
+            from .world.model import WorldModel
+
+            spec = self._world_spec
+            if isinstance(spec, WorldModel):
+                self._world = spec
+            elif spec is not None:
+                self._world = WorldModel.load(spec)
+            else:
+                self._world = self._fitted_world()
+        return self._world
+
+    def _fitted_world(self) -> Any:
+        """The world model of this dataset's records of the device, from the cache or fitted
+        now (a few seconds for ten thousand records) and cached."""
+        import shutil
+
+        from .world.model import MANIFEST, WorldModel
+        from .world.samples import task_samples
+
+        name = f"world-{short_hash(self.device)}-{_world_code_hash()}"
+        found = self.cache.find(f"{name}/{MANIFEST}")
+        if found is not None:
+            try:
+                return WorldModel.load(found.parent)
+            except TensorGymError:
+                pass  # damaged: fitted again below
+        wm = WorldModel.fit(task_samples(self.dataset, self.device), seed=self._seed)
+
+        def save(tmp: Any) -> None:  # a directory, renamed into place whole
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp)
+            wm.save(tmp, dataset_digest=self.dataset.digest, device=self.device)
+
+        try:
+            self.cache.write(name, save)
+        except OSError as e:
+            warnings.warn(f"replay: the world model is not cached ({e}); it is fitted again "
+                          "next time", stacklevel=3)
+        return wm
+
+    def failure_code(self) -> ErrorCode:
+        """The dataset's most common failure on this device (how a predicted failure is
+        answered; BUILD_TIMEOUT where none failed)."""
+        if not hasattr(self, "_failure_code"):
+            codes = Counter(r.error for t, rs in self.dataset.by_task.items()
+                            if t.device == self.device for r in rs if not r.ok)
+            self._failure_code = (codes.most_common(1)[0][0] if codes
+                                  else ErrorCode.BUILD_TIMEOUT)
+        return self._failure_code
 
     def _recorded(self, task: ReplayTask, p: int, config: Config,
                   n: Optional[int] = None) -> MeasureResult:
@@ -444,12 +505,25 @@ class ReplayMeasurer(MeasurerDefaults):
                                  "nearest": task.configs[p].index})
 
     def _surrogate(self, task: ReplayTask, configs: list[Config]) -> list[MeasureResult]:
-        seconds = self.predict_misses(task, configs)
-        build, run = task.median_times()
-        return [ReplayResult(c, (float(t),), ErrorCode.NO_ERROR, "", task.workload.flops,
-                              build, run, 0.0, cached=True, source="surrogate",
-                              extra={"surrogate": "xgboost"})
-                for c, t in zip(configs, seconds)]
+        seconds, failed = self.predict_misses(task, configs)
+        build, run = task.median_times() if task.configs else self._device_times()
+        code = self.failure_code()
+        return [ReplayResult(c, () if bad else (float(t),),
+                             code if bad else ErrorCode.NO_ERROR,
+                             "the world model predicts a failure" if bad else "",
+                             task.workload.flops, build, run, 0.0, cached=True,
+                             source="surrogate", extra={"surrogate": "world"})
+                for c, t, bad in zip(configs, seconds, failed)]
+
+    def _device_times(self) -> tuple[float, float]:
+        """Median build and run seconds of the device's successful records (a task with none
+        charges a miss these)."""
+        if not hasattr(self, "_times"):
+            ok = [r for t, rs in self.dataset.by_task.items() if t.device == self.device
+                  for r in rs if r.ok]
+            self._times = ((float(np.median([r.build_time for r in ok])),
+                            float(np.median([r.run_time for r in ok]))) if ok else (0.0, 0.0))
+        return self._times
 
     def _task_rows(self, task: ReplayTask, mode: str) -> np.ndarray:
         """Rows of every recorded config of ``task``, from the cache or computed and cached."""
@@ -504,6 +578,13 @@ def _task_hash(task: Task) -> str:
     """The short hash of a task in the names of its cache files (the target is the dataset's:
     it is not in them)."""
     return short_hash(task.workload + "|" + task.device)
+
+
+def _world_code_hash() -> str:
+    """The short hash of the world model's code and of the features it reads (its cache key)."""
+    root = Path(__file__).resolve().parent / "world"
+    text = "".join(f.read_text() for f in sorted(root.glob("*.py")))
+    return short_hash(text + feature_code_hash())
 
 
 def _new_replay(*args: Any) -> ReplayMeasurer:

@@ -56,7 +56,7 @@ def add_parsers(dsub: Any) -> None:
 
 def _tasks(args: argparse.Namespace) -> tuple[Any, list]:
     from ..data import Dataset
-    from .samples import corpus_test_keys, task_samples
+    from .samples import task_samples
 
     data = Dataset.load(args.dataset)
     if not len(data):
@@ -70,6 +70,14 @@ def _tasks(args: argparse.Namespace) -> tuple[Any, list]:
               "is a corpus test task): only held-out configs of train tasks are evaluated",
               file=sys.stderr)
     return data, tasks
+
+
+def corpus_test_keys() -> tuple[str, ...]:
+    """The corpus's test task keys (``tensorgym.nn.corpus``): every other task is a train task,
+    those of no corpus model included."""
+    from ...nn.corpus import load_corpus
+
+    return load_corpus().keys("test")
 
 
 def _need_train_tasks(args: argparse.Namespace, tasks: list) -> None:

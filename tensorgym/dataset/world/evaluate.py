@@ -1,7 +1,7 @@
 """``tensorgym dataset evaluate``: the world model's families compared on one dataset, and a saved
 model judged on it.
 
-The tasks are split by the corpus (``samples.corpus_test_keys``: tasks of no corpus model are
+The tasks are split by the corpus (``cli.corpus_test_keys``: tasks of no corpus model are
 train tasks); a seeded share (``samples.HOLDOUT``) of each train task's configs is held out.
 Each family is fitted on the rest of the train tasks' configs and scored (``metrics.py``, per
 task, then averaged) on the held-out configs of the train tasks and on the test tasks' configs.

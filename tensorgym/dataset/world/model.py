@@ -135,12 +135,13 @@ class WorldModel:
     # ---------------------------------------------------------------- prediction
 
     def predict_indices(self, workload: "Workload | str", target: str,
-                        indices: np.ndarray) -> Prediction:
+                        indices: np.ndarray, spread: bool = True) -> Prediction:
         """The prediction for configs ``space_for(workload, target).get(i)`` of ``indices`` (a
         1-D integer array), in one batch: no Python loop over configs (with ``features``
-        ``"knobs"`` or ``"config"``)."""
+        ``"knobs"`` or ``"config"``). ``spread=False`` skips the noise head (``spread`` NaN):
+        replay answers with the time and the failure only."""
         X = self.inputs(workload, target, indices)
-        return self._predict(X, self._task(workload, target).log_flops)
+        return self._predict(X, self._task(workload, target).log_flops, spread)
 
     def predict_configs(self, workload: "Workload | str", target: str,
                         configs: Sequence[Config]) -> Prediction:
@@ -148,10 +149,11 @@ class WorldModel:
         return self.predict_indices(workload, target,
                                     np.array([c.index for c in configs], np.int64))
 
-    def _predict(self, X: np.ndarray, log_flops: "float | np.ndarray") -> Prediction:
+    def _predict(self, X: np.ndarray, log_flops: "float | np.ndarray",
+                 with_spread: bool = True) -> Prediction:
         seconds = np.exp(self.time.predict(X) + log_flops)
         p_fail = np.clip(self.fail.predict(X), 0.0, 1.0)
-        spread = np.exp(self.spread.predict(X))
+        spread = np.exp(self.spread.predict(X)) if with_spread else np.full(len(X), np.nan)
         return Prediction(seconds, p_fail, spread)
 
     # ---------------------------------------------------------------- fitting

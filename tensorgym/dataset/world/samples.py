@@ -126,14 +126,6 @@ def task_samples(data: Dataset, device: Optional[str] = None,
     return out
 
 
-def corpus_test_keys() -> tuple[str, ...]:
-    """The corpus's test task keys (``tensorgym.nn.corpus``): every other task is a train task,
-    those of no corpus model included."""
-    from ...nn.corpus import load_corpus
-
-    return load_corpus().keys("test")
-
-
 def holdout_mask(samples: TaskSamples, seed: int, share: float = HOLDOUT) -> np.ndarray:
     """Boolean mask of the configs held out of a train task: ``round(share * n)`` of them, drawn
     by a generator seeded with ``seed`` and the task's workload key (so the same whatever other
@@ -164,5 +156,5 @@ def split_samples(tasks: Sequence[TaskSamples], seed: int, share: float = HOLDOU
     return fit, held, test
 
 
-__all__ = ["HOLDOUT", "MIN_NOISE_SAMPLES", "TaskSamples", "corpus_test_keys", "holdout_mask",
+__all__ = ["HOLDOUT", "MIN_NOISE_SAMPLES", "TaskSamples", "holdout_mask",
            "pick_device", "split_samples", "task_samples"]
