@@ -33,18 +33,22 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
                   num_threads: int = 0, ray: "str | bool | None" = None,
                   dataset: Any = None, on_miss: Optional[str] = None,
                   dataset_device: Optional[str] = None, workload: Optional[Workload] = None,
-                  live: Optional[Measurer] = None) -> Measurer:
+                  live: Optional[Measurer] = None, world: Any = None) -> Measurer:
     """The measurer of ``measure`` ("live": this machine, or the Ray cluster ``ray`` — True or
     "" for a local or default one, else its address; "replay": answers from ``dataset``, misses
-    answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"``). ``num_threads``: CPU
-    threads of parallel loops (0: all)."""
+    answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"`` and ``world`` (a world
+    model or its directory) for ``on_miss="surrogate"``). ``num_threads``: CPU threads of
+    parallel loops (0: all)."""
     target = canonical_target(target)
     check_measure(measure, dataset, ray, on_miss, dataset_device)
+    if world is not None and measure != "replay":
+        raise TensorGymError("world= is the world model of measure='replay' (its misses)")
     kwargs = runtime_kwargs(target, num_threads, here=ray in (None, False))
     options = options or MeasureOptions()
     if measure == "replay":
         return ReplayMeasurer(dataset, target, on_miss or "error", device=dataset_device, live=live,
-                              options=options, runtime_kwargs=kwargs, workload=workload)
+                              options=options, runtime_kwargs=kwargs, workload=workload,
+                              world=world)
     if ray is None or ray is False:
         return LocalMeasurer(target, options, **kwargs)
     from .measure.ray import RayMeasurer  # imports ray, an optional dependency
@@ -132,7 +136,7 @@ class TuningSession:
                  measure: str = "live", ray: "str | bool | None" = None, dataset: Any = None,
                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
                  measure_options: Optional[MeasureOptions] = None,
-                 num_threads: int = 0) -> None:
+                 num_threads: int = 0, world: Any = None) -> None:
         self.workload = get_workload(workload)
         self.target = canonical_target(target)
         if budget is not None and (not is_int(budget) or budget < 1):
@@ -153,7 +157,7 @@ class TuningSession:
         self.record_options: dict = {}  # kept with each record written (e.g. by a collection)
         self._make = dict(measure=measure, options=measure_options or MeasureOptions(),
                           num_threads=num_threads, ray=ray, dataset=dataset, on_miss=on_miss,
-                          dataset_device=dataset_device)
+                          dataset_device=dataset_device, world=world)
         runtime_kwargs(self.target, num_threads, here=ray in (None, False))  # fails here
         self._measurer, self._own_measurer = measurer, measurer is None
         if measure == "replay":
@@ -163,6 +167,9 @@ class TuningSession:
             self._measurer.task(self.workload)  # a dataset without this task fails here
         else:
             check_measure(measure, dataset, ray, on_miss, dataset_device)
+            if world is not None:
+                raise TensorGymError("world= is the world model of measure='replay' (its "
+                                     "misses)")
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None

@@ -97,3 +97,20 @@ def test_errors(data):
                    if c.index not in vec.task.index_of)
     with pytest.raises(TensorGymError, match="not in dataset"):
         vec.step(np.stack([missing.choices] * 2))
+
+
+def test_a_task_the_dataset_lacks_is_answered_by_the_world_model(data):
+    unseen = "matmul:24,40,8"
+    vec = ReplayVectorEnv(unseen, data, num_envs=4, budget=3)
+    env = gym.make("TensorSched-v0", workload=unseen, measure="replay", dataset=data,
+                   on_miss="surrogate", budget=3, records=False, obs_mode="config",
+                   confirm_best=False)
+    assert len(vec.task.configs) == 0
+    vec.reset(seed=0)
+    env.reset(seed=0)
+    acts = np.stack([vec.single_action_space.sample() for _ in range(4)])
+    _, r, _, _, info = vec.step(acts)
+    assert (info["source"] == 1).all()
+    assert r[0] == pytest.approx(env.step(acts[0])[1], abs=1e-12)
+    with pytest.raises(TensorGymError, match="world="):
+        gym.make("TensorSched-v0", workload=unseen, world="somewhere", records=False)

@@ -43,7 +43,8 @@ SOURCE_NAMES = ("recorded", "surrogate")
 
 class ReplayVectorEnv(VectorEnv):
     """``num_envs`` replay episodes of ``workload`` on ``target``, answered from ``dataset``
-    (a path or a loaded ``Dataset``); misses as ``on_miss`` says ("surrogate" or "error").
+    (a path or a loaded ``Dataset``); misses as ``on_miss`` says ("surrogate": the world model,
+    ``world`` or the one fitted on the dataset; or "error").
     ``budget``, ``reward`` and ``failure_reward`` are the single env's."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -52,7 +53,7 @@ class ReplayVectorEnv(VectorEnv):
                  num_envs: int = 64, target: str = "cpu", budget: int = 200,
                  reward: str = "log_speedup", failure_reward: Optional[float] = None,
                  on_miss: str = "surrogate", dataset_device: Optional[str] = None,
-                 resample: bool = True) -> None:
+                 resample: bool = True, world: Any = None) -> None:
         if not is_int(num_envs) or num_envs < 1:
             raise TensorGymError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if not is_int(budget) or budget < 1:
@@ -65,7 +66,7 @@ class ReplayVectorEnv(VectorEnv):
                                  "'nearest' or 'measure')")
         self.workload = get_workload(workload)
         self.replay = ReplayMeasurer(dataset, target, on_miss=on_miss, device=dataset_device,
-                                     resample=resample, workload=self.workload)
+                                     resample=resample, workload=self.workload, world=world)
         self.task = self.replay.task(self.workload)
         self.space = self.task.space
         if self.space.size >= 2 ** 62:
