@@ -114,3 +114,44 @@ def test_a_task_the_dataset_lacks_is_answered_by_the_world_model(data):
     assert r[0] == pytest.approx(env.step(acts[0])[1], abs=1e-12)
     with pytest.raises(TensorGymError, match="world="):
         gym.make("TensorSched-v0", workload=unseen, world="somewhere", records=False)
+
+
+@pytest.mark.parametrize("moves", ["step", "factor"])
+def test_edit_mode_agrees_with_the_single_env(data, moves):
+    from tensorgym.envs.replay_vector_edit import ReplayVectorEditEnv
+
+    n, budget = 3, 4
+    vec = ReplayVectorEditEnv(WORKLOAD, data, num_envs=n, budget=budget, edit_moves=moves,
+                              max_invalid_actions=3)
+    envs = [gym.make("TensorSched-v0", workload=WORKLOAD, measure="replay", dataset=data,
+                     on_miss="surrogate", budget=budget, records=False, obs_mode="config",
+                     confirm_best=False, action_mode="edit", edit_moves=moves,
+                     max_invalid_actions=3) for _ in range(n)]
+    obs, _ = vec.reset(seed=5)
+    assert np.array_equal(obs, np.stack([e.reset(seed=5 + i)[0] for i, e in enumerate(envs)]))
+    rng = np.random.default_rng(1)
+    ends = 0
+    for step in range(4 * budget):
+        masks = vec.action_masks()
+        for i, e in enumerate(envs):
+            if not vec._done[i] and vec._invalid[i] < 3:
+                assert np.array_equal(masks[i], e.unwrapped.action_masks())
+        # mostly valid moves, some masked ones
+        acts = np.array([rng.choice(np.flatnonzero(m)) if rng.random() < 0.8
+                         else rng.integers(len(m)) for m in masks])
+        o, r, term, trunc, info = vec.step(acts)
+        for i, e in enumerate(envs):
+            if info["reset"][i]:
+                ends += 1
+                assert np.array_equal(e.reset()[0], o[i]) and r[i] == 0
+                continue
+            so, sr, st, str_, si = e.step(int(acts[i]))
+            assert np.array_equal(so, o[i]), (step, i)
+            assert sr == pytest.approx(r[i], abs=1e-12), (step, i)
+            assert (st, str_) == (term[i], trunc[i])
+            if si.get("error") != "INVALID_ACTION":
+                assert si["source"] == SOURCE_NAMES[info["source"][i]]
+    assert ends > 0
+    vec.close()
+    for e in envs:
+        e.close()

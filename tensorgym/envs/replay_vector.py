@@ -122,26 +122,7 @@ class ReplayVectorEnv(VectorEnv):
         n = self.num_envs
         resetting = self._done.copy()
         live = ~resetting
-        seconds = np.full(n, math.inf)
-        source = np.zeros(n, np.int8)
-        idx = choices @ self._radix
-        if len(self._recorded_index):
-            at = np.minimum(np.searchsorted(self._recorded_index, idx),
-                            len(self._recorded_index) - 1)
-            hit = (self._recorded_index[at] == idx) & live
-        else:  # a task the dataset has no record of: the world model answers everything
-            at, hit = np.zeros(n, np.int64), np.zeros(n, bool)
-        miss = ~hit & live
-        for e in np.flatnonzero(hit):  # recorded: each env draws from its own stream
-            s, costs = self.replay.draw(self.task, int(self._recorded_pos[at[e]]), self._rngs[e])
-            if s.error == ErrorCode.NO_ERROR and costs:
-                seconds[e] = _median(costs)
-        if miss.any():
-            if self.replay.on_miss == "error":
-                e = int(np.flatnonzero(miss)[0])
-                raise self.replay._miss_error(self.task, [self.space.get(int(idx[e]))])
-            seconds[miss] = self._predict(choices[miss], idx[miss])
-            source[miss] = 1
+        seconds, source = self._answer(choices, live)
         rewards = self._rewards(seconds, live)
         with np.errstate(divide="ignore"):
             self._best = np.where(live, np.minimum(self._best, seconds), self._best)
@@ -164,6 +145,33 @@ class ReplayVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.replay.close()
+
+    def _answer(self, choices: np.ndarray, ask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds per run, source) of the configs ``choices`` of the envs ``ask`` (a mask;
+        the others get inf): recorded ones drawn from their env's stream, the rest in one call
+        of the world model. Inf: a failure."""
+        n = len(choices)
+        seconds = np.full(n, math.inf)
+        source = np.zeros(n, np.int8)
+        idx = choices @ self._radix
+        if len(self._recorded_index):
+            at = np.minimum(np.searchsorted(self._recorded_index, idx),
+                            len(self._recorded_index) - 1)
+            hit = (self._recorded_index[at] == idx) & ask
+        else:  # a task the dataset has no record of: the world model answers everything
+            at, hit = np.zeros(n, np.int64), np.zeros(n, bool)
+        miss = ~hit & ask
+        for e in np.flatnonzero(hit):  # recorded: each env draws from its own stream
+            s, costs = self.replay.draw(self.task, int(self._recorded_pos[at[e]]), self._rngs[e])
+            if s.error == ErrorCode.NO_ERROR and costs:
+                seconds[e] = _median(costs)
+        if miss.any():
+            if self.replay.on_miss == "error":
+                e = int(np.flatnonzero(miss)[0])
+                raise self.replay._miss_error(self.task, [self.space.get(int(idx[e]))])
+            seconds[miss] = self._predict(choices[miss], idx[miss])
+            source[miss] = 1
+        return seconds, source
 
     # ---------------------------------------------------------------- internals
 
