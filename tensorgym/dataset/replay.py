@@ -124,15 +124,17 @@ class ReplayTask:
     flops: int = 0
     rows: dict[str, np.ndarray] = field(default_factory=dict)  # mode -> (n, features)
     miss_rows: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
+    _times: Optional[tuple[float, float]] = None
 
     def median_times(self) -> tuple[float, float]:
-        """Median build and run seconds of the successful records (what a miss is charged)."""
-        ok = [s for ss in self.samples for s in ss if s.ok] or [s for ss in self.samples
-                                                                for s in ss]
-        if not ok:
-            return 0.0, 0.0
-        return (float(np.median([s.build_time for s in ok])),
-                float(np.median([s.run_time for s in ok])))
+        """Median build and run seconds of the successful records (what a miss is charged),
+        computed once: the samples never change."""
+        if self._times is None:
+            ok = [s for ss in self.samples for s in ss if s.ok] or [s for ss in self.samples
+                                                                    for s in ss]
+            self._times = ((float(np.median([s.build_time for s in ok])),
+                            float(np.median([s.run_time for s in ok]))) if ok else (0.0, 0.0))
+        return self._times
 
 
 class ReplayMeasurer(MeasurerDefaults):
