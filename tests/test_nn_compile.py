@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensorgym.errors import TensorGymError  # noqa: E402
 from tensorgym.measure import LocalMeasurer, MeasureOptions  # noqa: E402
 from tensorgym.nn import CompileWarning, compile, get_model  # noqa: E402
 from tensorgym.nn.kernels import openmp_copies  # noqa: E402
@@ -216,7 +217,8 @@ def test_every_operator_kind_packing_and_layout_ops(tmp_path):
 
 
 CLEAN = """
-import sys, torch
+import os, sys, torch
+torch.set_num_threads(min(torch.get_num_threads(), len(os.sched_getaffinity(0))))
 from tensorgym.nn import compile, get_model
 from tensorgym.nn.kernels import openmp_copies
 model, x = get_model("dqn")
@@ -235,3 +237,14 @@ def test_a_process_of_torch_and_compiled_kernels_has_one_openmp_runtime(dqn_db):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["5", "1"]  # five kernels, one libgomp
+
+
+def test_more_torch_threads_than_cores_is_a_clear_error(dqn_db, monkeypatch):
+    import tensorgym.nn.compiled as compiled
+
+    if torch.get_num_threads() < 2:
+        pytest.skip("needs PyTorch on 2 threads or more")
+    model, x = get_model("dqn")
+    monkeypatch.setattr(compiled, "available_cpus", lambda: torch.get_num_threads() - 1)
+    with pytest.raises(TensorGymError, match="torch.set_num_threads"):
+        compile(model, x, dqn_db)

@@ -17,6 +17,7 @@ from contextlib import closing
 from typing import Any, Optional
 
 from ..errors import TensorGymError
+from ..processes.host import available_cpus
 from ..hardware.target import get_target
 from ..measure import MeasureOptions
 from ..records import Records
@@ -53,6 +54,12 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     gm = export_graph(model, example_input, label).module()
     found, untunable, walk = operator_nodes(gm.graph)
     threads = torch.get_num_threads()
+    cores = available_cpus()
+    if threads > cores:
+        raise TensorGymError(f"PyTorch runs {threads} threads but this process may use {cores} "
+                             f"core(s) (its affinity or CPU quota): call "
+                             f"torch.set_num_threads({cores}) first, as the kernels use "
+                             "PyTorch's thread count")
     device = get_target("cpu").device_fingerprint(num_threads=threads)
     openmp = bind_openmp(os.path.join(os.path.dirname(torch.__file__), "lib"))
     report = CompileReport(label, device, openmp)
