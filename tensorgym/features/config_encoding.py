@@ -56,6 +56,18 @@ def encode_config(space: ConfigSpace, config: Config) -> np.ndarray:
     return out
 
 
+def knob_table(knob: Any) -> np.ndarray:
+    """(size, KNOB_WIDTH) float32: a knob's ``encode_config`` columns for each of its options
+    (what the batched encoders look up)."""
+    table = np.zeros((knob.size, KNOB_WIDTH), np.float32)
+    for c, value in enumerate(knob.options):
+        table[c, 0] = c / (knob.size - 1) if knob.size > 1 else 0.0
+        values = value if isinstance(value, tuple) else (value,)
+        for t, v in enumerate(values[:MAX_VALUES]):
+            table[c, 1 + t] = _scaled(v)
+    return table
+
+
 class ChoiceEncoder:
     """``encode_config`` of whole batches: ``encode(choices)`` maps an (n, knobs) matrix of
     option indices of ``space`` to its (n, N_CONFIG) rows, row for row equal to
@@ -66,15 +78,7 @@ class ChoiceEncoder:
         if len(space.knobs) > MAX_KNOBS:
             raise ValueError(f"space {space.name} has {len(space.knobs)} knobs; the config "
                              f"encoding holds at most {MAX_KNOBS}")
-        self.tables = []
-        for knob in space.knobs:
-            table = np.zeros((knob.size, KNOB_WIDTH), np.float32)
-            for c, value in enumerate(knob.options):
-                table[c, 0] = c / (knob.size - 1) if knob.size > 1 else 0.0
-                values = value if isinstance(value, tuple) else (value,)
-                for t, v in enumerate(values[:MAX_VALUES]):
-                    table[c, 1 + t] = _scaled(v)
-            self.tables.append(table)
+        self.tables = [knob_table(knob) for knob in space.knobs]
 
     def encode(self, choices: np.ndarray) -> np.ndarray:
         choices = np.asarray(choices)

@@ -13,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from ...features.config_encoding import KNOB_WIDTH, MAX_KNOBS, MAX_VALUES, N_CONFIG, _scaled
+from ...features.config_encoding import (KNOB_WIDTH, MAX_KNOBS, MAX_VALUES, N_CONFIG,
+                                         knob_table)
 from ...errors import InvalidConfigError
 from ...space import ConfigSpace
 
@@ -38,7 +39,7 @@ class ConfigEncoder:
         self.space = space
         self.size = space.size
         # runs of knobs [a, b), last first: (a, b, product of sizes, table (product, width))
-        self.runs = _runs([_knob_rows(knob) for knob in space.knobs], "concatenate")
+        self.runs = _runs([knob_table(knob) for knob in space.knobs], "concatenate")
 
     def __call__(self, indices: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
         rest = check_indices(self.space, indices)
@@ -88,16 +89,6 @@ def _runs(knob_rows: list[np.ndarray], how: str) -> list[tuple[int, int, int, np
     return runs
 
 
-def _knob_rows(knob) -> np.ndarray:
-    """(size, KNOB_WIDTH) float32: a knob's encoded columns for each of its choices, computed
-    as ``encode_config`` computes them."""
-    rows = np.zeros((knob.size, KNOB_WIDTH), np.float32)
-    for c, value in enumerate(knob.options):
-        rows[c, 0] = c / (knob.size - 1) if knob.size > 1 else 0.0
-        values = value if isinstance(value, tuple) else (value,)
-        for t, v in enumerate(values[:MAX_VALUES]):
-            rows[c, 1 + t] = _scaled(v)
-    return rows
 
 
 # The knob features: knobs by name, whatever their position in the space (the names of every
@@ -137,7 +128,7 @@ class KnobEncoder:
             name = ALIASES.get(knob.name, knob.name)
             if name in KNOB_NAMES:
                 at = KNOB_NAMES.index(name) * KNOB_WIDTH
-                full[:, at:at + KNOB_WIDTH] = _knob_rows(knob)
+                full[:, at:at + KNOB_WIDTH] = knob_table(knob)
             if knob.kind == "split":
                 reduce = knob.name.startswith("tile_") and knob.name[5:] in reduce_axes
                 at, levels = (base + SPATIAL_LEVELS, REDUCE_LEVELS) if reduce else \
