@@ -42,7 +42,7 @@ class ConfigEncoder:
         self.runs = _runs([knob_table(knob) for knob in space.knobs], "concatenate")
 
     def __call__(self, indices: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
-        rest = check_indices(self.space, indices)
+        rest = check_indices(self.space, indices, self.size)
         n = len(rest)
         if out is None:
             out = np.zeros((n, N_CONFIG), np.float32)
@@ -55,15 +55,21 @@ class ConfigEncoder:
         return out
 
 
-def check_indices(space: ConfigSpace, indices: np.ndarray) -> np.ndarray:
-    """``indices`` as a flat int64 array, each in [0, space.size); else ``InvalidConfigError``
-    (a ``ValueError``)."""
+def check_indices(space: ConfigSpace, indices: np.ndarray,
+                  size: Optional[int] = None) -> np.ndarray:
+    """``indices`` as a flat int64 array, each in [0, space.size) (``size``: the space's size,
+    known already); else ``InvalidConfigError`` (a ``ValueError``)."""
     idx = np.asarray(indices)
     if idx.dtype.kind not in "iu":
         raise InvalidConfigError(f"config indices must be integers, got dtype {idx.dtype}")
     idx = idx.astype(np.int64, copy=False).reshape(-1)
-    if idx.size and (idx.min() < 0 or idx.max() >= space.size):
-        raise InvalidConfigError(f"config indices out of range [0, {space.size}) of space "
+    size = space.size if size is None else size
+    if idx.size == 1:  # a single env's miss: no reductions
+        if not 0 <= int(idx[0]) < size:
+            raise InvalidConfigError(f"config index {int(idx[0])} out of range [0, {size}) of "
+                                     f"space {space.label}")
+    elif idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise InvalidConfigError(f"config indices out of range [0, {size}) of space "
                                  f"{space.label}")
     return idx
 
@@ -140,7 +146,7 @@ class KnobEncoder:
         self.runs = _runs(rows, "add")
 
     def __call__(self, indices: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
-        rest = check_indices(self.space, indices)
+        rest = check_indices(self.space, indices, self.size)
         n = len(rest)
         if out is None:
             out = np.zeros((n, N_KNOB_FEATURES), np.float32)
