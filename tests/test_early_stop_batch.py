@@ -96,10 +96,11 @@ def test_a_retake_after_drift_starts_its_bound_afresh_and_stops_the_same(fast_sl
 def test_a_checked_first_run_far_over_the_bound_is_the_only_sample(fast_slow, monkeypatch):
     _, slow = fast_slow
     b = Builder("cpu", {"num_threads": 1}).build(W, slow.config)
-    # a worker sets OMP_PROC_BIND for its own process; here it runs in pytest's, whose libgomp
-    # would then pin the main thread to one core, and every later test with it
-    monkeypatch.setenv("OMP_PROC_BIND", "false")
+    # in pytest's own process: it must leave the process's OpenMP binding alone (its spawn,
+    # not the worker, binds a worker process's threads: measure.worker.worker_env)
+    monkeypatch.delenv("OMP_PROC_BIND", raising=False)
     worker = KernelWorker("cpu", {"num_threads": 1}, 0)
+    assert "OMP_PROC_BIND" not in os.environ
     # the first run (about a millisecond or more) is past a sample's length: it alone decides
     cold = worker.run(W, b.program, b.binary,
                       MeasureOptions(min_repeat_ms=0.05, stop_slower_than=1e-9))

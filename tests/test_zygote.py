@@ -35,6 +35,9 @@ class Counter:
     def die(self, code: int) -> None:
         os._exit(code)
 
+    def getenv(self, name: str):
+        return os.environ.get(name)
+
 
 def _parent_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
@@ -148,3 +151,23 @@ def test_without_pidfds_a_cpu_measurer_starts_its_workers_anew(monkeypatch):
         assert r.ok and m._zygote is None and _parent_of(m._worker.proc.pid) == os.getpid()
     finally:
         m.close()
+
+
+def test_a_child_and_a_zygotes_forks_get_their_env_not_the_parent(monkeypatch):
+    """How a measurement worker gets OMP_PROC_BIND (measure.worker.worker_env): in its spawn's
+    environment, leaving the parent's own untouched."""
+    monkeypatch.delenv("TG_TEST_VAR", raising=False)
+    c = Child(Counter, 0, env={"TG_TEST_VAR": "child"})
+    z = Zygote(Counter, 0, env={"TG_TEST_VAR": "zygote"})
+    try:
+        c.start()
+        assert c.call("getenv", "TG_TEST_VAR") == "child"
+        f = Child(Counter, 0, zygote=z)
+        f.start()
+        assert f.call("getenv", "TG_TEST_VAR") == "zygote"
+        assert z.call("getenv", "OPENBLAS_NUM_THREADS") == "1"  # the zygote's own kept
+        assert "TG_TEST_VAR" not in os.environ
+        f.kill()
+    finally:
+        c.kill()
+        z.close()

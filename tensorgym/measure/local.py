@@ -43,7 +43,7 @@ from .base import (Features, MeasureOptions, MeasurerDefaults, confirm_options, 
 from .build import Builder, compile_error
 from .drift import DriftMonitor, calibration_config, calibration_workload
 from .result import BuildResult, MeasureResult, RunResult
-from .worker import KernelWorker, first_run_limit
+from .worker import KernelWorker, first_run_limit, worker_env
 
 
 #: builds kept for confirmations (a batch is at most 64 configs; their binaries are small)
@@ -71,7 +71,7 @@ class LocalMeasurer(MeasurerDefaults):
         self._builders: Optional[ChildPool] = None
         # workers fork from a zygote where the runtime survives a fork (zygote.py says why)
         self._zygote = Zygote(KernelWorker, self.target, runtime_kwargs, self.options.seed,
-                              name="measurement zygote") \
+                              name="measurement zygote", env=worker_env()) \
             if self.target == "cpu" and zygote_supported() else None
         self._worker = self._new_worker()
         self._spare: Optional[Child] = None  # started ahead once a first run had to be stopped
@@ -345,7 +345,7 @@ class LocalMeasurer(MeasurerDefaults):
 
     def _new_worker(self) -> Child:
         return Child(KernelWorker, self.target, self.runtime_kwargs, self.options.seed,
-                     name="measurement worker", zygote=self._zygote)
+                     name="measurement worker", zygote=self._zygote, env=worker_env())
 
     def _start_spare(self) -> None:
         try:

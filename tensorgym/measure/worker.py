@@ -198,15 +198,21 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
     return result
 
 
+def worker_env() -> dict[str, str]:
+    """Variables a worker process starts with besides its parent's: ``OMP_PROC_BIND=true``
+    (unless the caller set it), which libgomp reads as it loads. Unbound, the threads of a new
+    worker's first parallel kernels can share one core for a while (each run then waits out time
+    slices: 8 ms instead of 60 us for the calibration kernel on 2 cores, after 0.2 s or more
+    idle). Given to the process's spawn, not set here: a ``KernelWorker`` made in the caller's
+    own process (tests) must not bind the caller's OpenMP threads."""
+    return {"OMP_PROC_BIND": os.environ.get("OMP_PROC_BIND", "true")}
+
+
 class KernelWorker:
     """What the worker process serves (``Child(KernelWorker, target, runtime_kwargs, seed)``):
     one runtime and the reference inputs and outputs, kept across jobs."""
 
     def __init__(self, target: str, runtime_kwargs: dict, seed: int) -> None:
-        # libgomp reads this as it loads. Unbound, the threads of a new worker's first parallel
-        # kernels can share one core for a while (each run then waits out time slices: 8 ms
-        # instead of 60 us for the calibration kernel on 2 cores, after 0.2 s or more idle).
-        os.environ.setdefault("OMP_PROC_BIND", "true")
         self.runtime = get_runtime(target, **runtime_kwargs)
         self.reference = Reference(seed)
         self.notify: "Callable[[tuple], None] | None" = None  # set by ``child.serve``

@@ -87,10 +87,13 @@ class Child:
     env: dict = {}  # and with which variables besides the caller's
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "child",
-                 zygote: "Zygote | None" = None, start_lock: "DeviceLock | None" = None) -> None:
+                 zygote: "Zygote | None" = None, start_lock: "DeviceLock | None" = None,
+                 env: "dict[str, str] | None" = None) -> None:
         if zygote is not None and start_lock is not None:
             raise ValueError("a zygote's fork is already started: it takes no start_lock")
         self.factory, self.args, self.name, self.zygote = factory, args, name, zygote
+        # variables for the process besides the caller's (a zygote's fork has the zygote's)
+        self.env = {**type(self).env, **(env or {})}
         self.start_lock = start_lock  # held shared from spawn until the process serves
         self.start_lock_limit = START_LOCK_LIMIT_S  # or this long at most
         self.proc: Optional[subprocess.Popen] = None

@@ -97,8 +97,9 @@ class Zygote(Child):
     module = "tensorgym.processes.zygote"
     env = ZYGOTE_ENV
 
-    def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "zygote") -> None:
-        super().__init__(factory, *args, name=name)
+    def __init__(self, factory: Callable[..., Any], *args: Any, name: str = "zygote",
+                 env: "dict[str, str] | None" = None) -> None:
+        super().__init__(factory, *args, name=name, env=env)
 
     def fork(self) -> tuple[ForkedProcess, Connection]:
         """A new fork, serving, and the parent's end of its pipe."""
