@@ -133,7 +133,12 @@ class Workload:
 
     @property
     def key(self) -> str:
-        return self.operator_key + "".join(f"+{e}" for e in self.epilogue)
+        try:  # asked for on every replay step (task look-ups): spelled once, not a field
+            return self.__dict__["_key"]
+        except KeyError:
+            key = self.operator_key + "".join(f"+{e}" for e in self.epilogue)
+            object.__setattr__(self, "_key", key)
+            return key
 
     @property
     def operator_key(self) -> str:
