@@ -22,6 +22,7 @@ import numpy as np
 
 from ..dataset.world.encode import ALIASES, KNOB_NAMES, N_KNOB_FEATURES, KnobEncoder
 from ..features.descriptor import DESCRIPTOR_LENGTH, workload_descriptor
+from ..space import ConfigSpace
 from ..templates import space_for
 from ..workloads import Workload, get_workload
 from .edit import EditMoves
@@ -67,12 +68,14 @@ def slot_table() -> list[list]:
 
 class NamedMoves:
     """The named moves and observations of one task (``workload`` on ``target``): see the
-    module docstring. Schedules are rows of option indices (``Config.choices``)."""
+    module docstring. Schedules are rows of option indices (``Config.choices``). ``space``:
+    the workload's space on ``target`` (default ``space_for(workload, target)``)."""
 
-    def __init__(self, workload: "str | Workload", target: str = "cpu") -> None:
+    def __init__(self, workload: "str | Workload", target: str = "cpu",
+                 space: Optional[ConfigSpace] = None) -> None:
         self.workload = get_workload(workload)
         self.target = target
-        self.space = space_for(self.workload, target)
+        self.space = space if space is not None else space_for(self.workload, target)
         self.moves = EditMoves(self.space, "factor")
         at = {s.key(): i for i, s in enumerate(MOVE_SLOTS)}
         self.slot_move = np.full(N_SLOTS, -1, np.int64)
