@@ -16,7 +16,7 @@ at most 1, so a longer tune goes on as at the end of a training walk.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 

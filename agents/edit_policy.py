@@ -139,7 +139,8 @@ def default_policy_path(target: str = "cpu") -> Path:
 @dataclass
 class TrainConfig:
     """What ``train`` does: ``steps`` env steps (moves) of MaskablePPO over walks of
-    ``budget`` moves, ``num_envs`` at once; PPO's hyperparameters."""
+    ``budget`` moves, ``num_envs`` at once, on ``split``'s corpus tasks (``tasks``: some of
+    them only); PPO's hyperparameters."""
 
     steps: int = 100_000
     seed: int = 0
@@ -155,18 +156,18 @@ class TrainConfig:
     ent_coef: float = 0.01
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     torch_threads: int = 1
+    tasks: Optional[list[str]] = None
 
 
-def train_world(data: Any, device: str, split: str, seed: int) -> Any:
-    """A world model fitted on the records of the corpus's ``split`` tasks only."""
+def train_world(data: Any, device: str, keys: Sequence[str], seed: int) -> Any:
+    """A world model fitted on the records of the tasks ``keys`` only."""
     from tensorgym.dataset.world.model import WorldModel
     from tensorgym.dataset.world.samples import task_samples
-    from tensorgym.nn.corpus import load_corpus
 
-    keys = set(load_corpus().keys(split))
-    tasks = [s for s in task_samples(data, device) if s.task.workload in keys]
+    wanted = set(keys)
+    tasks = [s for s in task_samples(data, device) if s.task.workload in wanted]
     if not tasks:
-        raise TensorGymError(f"dataset {data.path} holds no {split} task of the corpus")
+        raise TensorGymError(f"dataset {data.path} holds no record of the tasks to train on")
     return WorldModel.fit(tasks, seed=seed)
 
 
@@ -190,6 +191,12 @@ def train(dataset: "str | os.PathLike", out: "str | os.PathLike",
     data = Dataset.load(dataset)
     keys = [k for k, _ in get_suite(f"corpus-{cfg.split}-{cfg.target}").tasks]
     present = {t.workload for t in data.by_task if t.target == cfg.target}
+    if cfg.tasks is not None:
+        outside = sorted(set(cfg.tasks) - set(keys))
+        if outside:
+            raise TensorGymError(f"tasks {', '.join(outside)} are not {cfg.split} tasks of the "
+                                 "corpus: a policy trains on its split only")
+        keys = [k for k in keys if k in set(cfg.tasks)]
     keys = [k for k in keys if k in present]
     if not keys:
         raise TensorGymError(f"dataset {dataset} holds no {cfg.split} task of the corpus on "
@@ -198,7 +205,7 @@ def train(dataset: "str | os.PathLike", out: "str | os.PathLike",
     if len(devices) != 1:
         raise TensorGymError(f"dataset {dataset} has {len(devices)} {cfg.target} devices; "
                              "give one of one device")
-    world = train_world(data, devices[0], cfg.split, cfg.seed)
+    world = train_world(data, devices[0], keys, cfg.seed)
     env = ReplayMultiTaskEditEnv(keys, data, WalkConfig(num_envs=cfg.num_envs,
                                                         budget=cfg.budget,
                                                         target=cfg.target), world=world)
@@ -289,12 +296,14 @@ def main(argv: Any = None) -> int:
                   f"{about['tasks']} {about['split']} tasks of {about['dataset']} "
                   f"({about['device']}); final mean return {about['final_mean_return']:.3f}")
         else:
+            from tensorgym.dataset import Dataset
             from tensorgym.leaderboard.suites import get_suite
 
             policy = load_policy(args.policy or default_policy_path())
             keys = [k for k, _ in get_suite(args.suite).tasks]
+            data = Dataset.load(args.dataset)
             for name, pol in (("policy", policy), ("random moves", None)):
-                g = evaluate(pol, args.dataset, keys, args.episodes, args.budget, args.seed)
+                g = evaluate(pol, data, keys, args.episodes, args.budget, args.seed)
                 print(f"{args.suite} ({len(keys)} tasks, replay world), {args.budget} moves, "
                       f"{name}: mean log-speedup over the reference {g:.3f} "
                       f"({math.exp(g):.2f}x geomean)")
