@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -239,33 +238,6 @@ def train(dataset: "str | os.PathLike", out: "str | os.PathLike",
     return about
 
 
-def evaluate(policy: "NumpyPolicy | None", dataset: Any, keys: Sequence[str],
-             episodes: int = 2, budget: int = 16, seed: int = 0, world: Any = None,
-             target: str = "cpu") -> float:
-    """Mean ``log(reference / best)`` after ``budget`` moves of walks over ``keys`` on the
-    replay world (``episodes`` per task), moves sampled from ``policy`` (None: uniformly among
-    the allowed ones): a replay figure, not a measurement."""
-    from tensorgym.envs.replay_multitask import ReplayMultiTaskEditEnv, WalkConfig
-
-    n = len(keys) * episodes
-    env = ReplayMultiTaskEditEnv(keys, dataset, WalkConfig(num_envs=n, budget=budget,
-                                                           target=target), world=world)
-    obs, _ = env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    gains: list[float] = []
-    done = np.zeros(n, bool)
-    while not done.all():
-        masks = env.action_masks()
-        acts = np.array([policy.sample(o, m, rng) if policy is not None else
-                         int(rng.choice(np.flatnonzero(m))) for o, m in zip(obs, masks)])
-        obs, _, term, _, info = env.step(acts)
-        for e in np.flatnonzero(term & ~done):
-            gains.append(float(info["final_obs"][e, -1]))
-        done |= term
-    env.close()
-    return float(np.mean(gains)) if gains else math.nan
-
-
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tensorgym.agents.edit_policy",
                                 description="train ppo-pretrained's edit policy on replay")
@@ -286,6 +258,8 @@ def main(argv: Any = None) -> int:
     e.add_argument("--episodes", type=int, default=2)
     e.add_argument("--budget", type=int, default=16)
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--trials", type=int, default=0, help="also tune each task with this many "
+                   "trials through search.tune, ppo-pretrained against random (0: walks only)")
     args = p.parse_args(argv)
     try:
         if args.command == "train":
@@ -296,17 +270,10 @@ def main(argv: Any = None) -> int:
                   f"{about['tasks']} {about['split']} tasks of {about['dataset']} "
                   f"({about['device']}); final mean return {about['final_mean_return']:.3f}")
         else:
-            from tensorgym.dataset import Dataset
-            from tensorgym.leaderboard.suites import get_suite
+            from .edit_eval import report
 
-            policy = load_policy(args.policy or default_policy_path())
-            keys = [k for k, _ in get_suite(args.suite).tasks]
-            data = Dataset.load(args.dataset)
-            for name, pol in (("policy", policy), ("random moves", None)):
-                g = evaluate(pol, data, keys, args.episodes, args.budget, args.seed)
-                print(f"{args.suite} ({len(keys)} tasks, replay world), {args.budget} moves, "
-                      f"{name}: mean log-speedup over the reference {g:.3f} "
-                      f"({math.exp(g):.2f}x geomean)")
+            report(args.dataset, args.policy or default_policy_path(), args.suite,
+                   args.episodes, args.budget, args.seed, args.trials, print)
     except TensorGymError as err:
         print(f"error: {err}")
         return 2
@@ -317,5 +284,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["DEFAULT_FILE", "NumpyPolicy", "TrainConfig", "default_policy_path", "evaluate",
-           "load_policy", "main", "save_policy", "train", "train_world"]
+__all__ = ["DEFAULT_FILE", "NumpyPolicy", "TrainConfig", "default_policy_path", "load_policy",
+           "main", "save_policy", "train", "train_world"]

@@ -226,6 +226,20 @@ def test_the_agent_falls_back_when_the_policy_has_no_move(data, world, tmp_path,
     assert agent.fallbacks["neighbour"] + agent.fallbacks["random"] == 5
 
 
+def test_replay_evaluations(data, world, tmp_path):
+    from tensorgym.agents.edit_eval import evaluate_agents, evaluate_walks
+    from tensorgym.agents.edit_policy import load_policy
+
+    policy = load_policy(random_policy(tmp_path))
+    g = evaluate_walks(policy, data, TASKS, episodes=1, budget=3, world=world)
+    assert g >= 0 and g == evaluate_walks(policy, data, TASKS, episodes=1, budget=3, world=world)
+    gains = evaluate_agents({"ppo-pretrained": lambda: registry.make(
+        "ppo-pretrained", policy=str(tmp_path / "p.npz")), "random": lambda: registry.make(
+        "random")}, data, TASKS[:2], trials=4, world=world)
+    assert set(gains) == {"ppo-pretrained", "random"}
+    assert gains["ppo-pretrained"] >= 0  # the reference is its first trial
+
+
 def test_the_shipped_policy_loads():
     from tensorgym.agents.edit_policy import default_policy_path, load_policy
 
