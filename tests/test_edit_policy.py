@@ -124,6 +124,19 @@ def test_masks_allow_only_unmeasured_valid_moves_and_returns_add_up(data, world)
     assert r[0] == FAILURE_PENALTY and info["invalid"][0] and info["source"][0] == -1
 
 
+def test_walk_config_errors(data, world):
+    with pytest.raises(TensorGymError, match="num_envs"):
+        walks(data, world, num_envs=0)
+    with pytest.raises(TensorGymError, match="failure_penalty"):
+        ReplayMultiTaskEditEnv(TASKS, data, WalkConfig(failure_penalty=1.0), world=world)
+    with pytest.raises(TensorGymError, match="at least one workload"):
+        ReplayMultiTaskEditEnv([], data, world=world)
+    env = walks(data, world)
+    env.reset(seed=0)
+    with pytest.raises(TensorGymError, match="integer array"):
+        env.step(np.zeros(3, np.int64))
+
+
 def test_the_reward_is_the_gain_of_the_best_so_far(data, world):
     env = walks(data, world, num_envs=1, budget=4, tasks=TASKS[:1])
     task = env.tasks[0]
