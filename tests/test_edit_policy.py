@@ -202,6 +202,16 @@ def test_a_tiny_training_run_saves_a_loadable_actor(tmp_path):
         train(DATA, tmp_path / "x.npz", TrainConfig(steps=8, tasks=["matmul:16,16,16"]))
 
 
+def test_the_command_line_says_what_went_wrong(tmp_path, capsys):
+    from tensorgym.agents.edit_policy import main
+
+    assert main(["train", "--dataset", str(tmp_path / "none.parquet"), "--out",
+                 str(tmp_path / "x.npz")]) == 2
+    assert main(["evaluate", "--dataset", str(DATA), "--policy",
+                 str(tmp_path / "none.npz")]) == 2
+    assert "no edit policy" in capsys.readouterr().out
+
+
 def replay_env(data, world, key):
     return gym.make("TensorSched-v0", workload=key, measure="replay", dataset=data,
                     on_miss="surrogate", world=world, records=False, budget=12)
