@@ -9,6 +9,8 @@ so far) over the tasks of ``corpus-train-TARGET`` only. The misses of those walk
 by a world model fitted on the **train tasks' records only** (``WorldModel.fit`` on the
 dataset's train-split ``TaskSamples``), so that nothing of the test tasks reaches the policy.
 A learning curve (mean episode return against env steps) is written beside the weights as a PNG.
+``python -m tensorgym.agents.edit_policy evaluate --dataset D [--trials T]`` prints replay
+figures of a policy (``edit_eval.py``).
 
 The file (``save_policy`` / ``load_policy``) holds the actor only, the MLP and its action head,
 as float32 arrays in an ``.npz`` with a JSON ``header``: schema, observation layout and length,
