@@ -82,6 +82,21 @@ registry.register("xgb-pretrained", _tuner("xgb", pretrained="shipped"), tuple(
     "(agents/pretrained.py; the transfer baseline)")
 
 
+def _edit_agent(**options: Any) -> Any:
+    from .edit_agent import EditPolicyAgent  # noqa: PLC0415  (loads the weights file)
+
+    return EditPolicyAgent(**options)
+
+
+registry.register("ppo-pretrained", _edit_agent, (
+    Option("policy", str, None, "a saved edit policy (.npz; default: the shipped one, "
+           "agents/weights/ppo-pretrained-cpu.npz)"),
+    Option("target", str, "cpu", "the target the policy was trained on"),
+    Option("batch_size", int, 4, "the most configs asked at once")),
+    "a hill climb whose moves come from an edit policy learned by MaskablePPO on the corpus's "
+    "train tasks on replay (agents/edit_policy.py; numpy only)")
+
+
 __all__ = [
     "AGENTS", "BootstrapEnsemble", "CostModel", "FeatureCache", "ModelTuner", "ParallelAnnealer",
     "SourceData", "TransferModel", "XGBTuner", "XGBoostCostModel", "diversity_objective",

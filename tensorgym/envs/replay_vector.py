@@ -146,10 +146,13 @@ class ReplayVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         self.replay.close()
 
-    def _answer(self, choices: np.ndarray, ask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _answer(self, choices: np.ndarray, ask: np.ndarray,
+                rngs: Optional[Sequence[random.Random]] = None) -> tuple[np.ndarray, np.ndarray]:
         """(seconds per run, source) of the configs ``choices`` of the envs ``ask`` (a mask;
-        the others get inf): recorded ones drawn from their env's stream, the rest in one call
-        of the world model. Inf: a failure."""
+        the others get inf): recorded ones drawn from their env's stream (row ``e`` from
+        ``rngs[e]`` where given: a caller batching rows of its own, as the multi-task env
+        does), the rest in one call of the world model. Inf: a failure."""
+        rngs = self._rngs if rngs is None else rngs
         n = len(choices)
         seconds = np.full(n, math.inf)
         source = np.zeros(n, np.int8)
@@ -162,7 +165,7 @@ class ReplayVectorEnv(VectorEnv):
             at, hit = np.zeros(n, np.int64), np.zeros(n, bool)
         miss = ~hit & ask
         for e in np.flatnonzero(hit):  # recorded: each env draws from its own stream
-            s, costs = self.replay.draw(self.task, int(self._recorded_pos[at[e]]), self._rngs[e])
+            s, costs = self.replay.draw(self.task, int(self._recorded_pos[at[e]]), rngs[e])
             if s.error == ErrorCode.NO_ERROR and costs:
                 seconds[e] = _median(costs)
         if miss.any():
