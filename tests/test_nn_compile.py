@@ -92,6 +92,33 @@ def test_an_operator_without_a_record_keeps_pytorch(dqn_db):
     same(model, cm, x.shape)
 
 
+def test_the_runner_up_config_stands_in_when_the_best_fails(dqn_db, monkeypatch):
+    """A best config that no longer builds in time or fails its check leaves the operator to
+    the next-fastest recorded config (kernels.ranked_records), and the report says so."""
+    from dataclasses import replace
+
+    from tensorgym.errors import ErrorCode
+
+    real = LocalMeasurer.time_builds
+    failed_once: set = set()
+
+    def best_fails(self, workload, configs, builds, opts):
+        out = real(self, workload, configs, builds, opts)
+        if workload.key in failed_once:
+            return out
+        failed_once.add(workload.key)
+        return [replace(r, error=ErrorCode.WRONG_ANSWER, error_msg="max relative error 1")
+                for r in out]
+
+    monkeypatch.setattr(LocalMeasurer, "time_builds", best_fails)
+    model, x = get_model("dqn")
+    cm = compile(model, x, dqn_db)
+    report = cm.tensorgym_report
+    assert len(report.replaced) == 5 and not report.kept
+    assert all("#2 is used" in r.note and "WRONG_ANSWER" in r.note for r in report.replaced)
+    same(model, cm, x.shape, n=1)
+
+
 def test_a_kernel_that_fails_the_check_is_refused(dqn_db, monkeypatch):
     from dataclasses import replace
 

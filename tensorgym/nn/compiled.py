@@ -115,24 +115,37 @@ class _Compiler:
 
     def kernel(self, records: Records, task: Any) -> Any:
         """The checked kernel of ``task`` (one per key), or why there is none."""
-        from .kernels import best_record, check_and_load, config_of
+        from .kernels import check_and_load, config_of, ranked_records
 
         key = task.key
         if key in self.kernels or key in self.refused:
             return self.kernels.get(key) or self.refused[key]
         workload = task.workload()
-        found = best_record(records, key, self.device)
-        config = config_of(workload, found[0]) if not isinstance(found, str) else found
-        if isinstance(config, str):
-            self.refused[key] = config
-            return config
-        if self.measurer is None:
-            from ..session import make_measurer
+        ranked = ranked_records(records, key, self.device)
+        if isinstance(ranked, str):
+            self.refused[key] = ranked
+            return ranked
+        failed: list[str] = []  # why the faster configs were passed over
+        for place, (rec, note) in enumerate(ranked, 1):
+            config = config_of(workload, rec)
+            if isinstance(config, str):
+                failed.append(f"#{place}: {config}")
+                continue
+            if self.measurer is None:
+                from ..session import make_measurer
 
-            self.measurer = make_measurer("cpu", options=self.options, num_threads=self.threads)
-        got = check_and_load(self.measurer, workload, config, found[0].device, found[1])
-        (self.kernels if not isinstance(got, str) else self.refused)[key] = got
-        return got
+                self.measurer = make_measurer("cpu", options=self.options,
+                                              num_threads=self.threads)
+            if failed:
+                note = "; ".join(([note] if note else []) + [
+                    f"passed over the faster config(s) {'; '.join(failed)}: #{place} is used"])
+            got = check_and_load(self.measurer, workload, config, rec.device, note)
+            if not isinstance(got, str):
+                self.kernels[key] = got
+                return got
+            failed.append(f"#{place}: {got}")
+        self.refused[key] = "; ".join(failed)
+        return self.refused[key]
 
     def close(self) -> None:
         if self.measurer is not None:

@@ -57,21 +57,33 @@ class CheckedKernel:
         return [b.size for b in self.program.workspaces]
 
 
-def best_record(records: Records, key: str, device: str) -> "tuple[Record, str] | str":
-    """The best ok record of ``key`` on ``device`` and a note; failing that, the best on the
-    same CPU at another thread count (its config is rebuilt for ``device``'s); else why none."""
-    best = records.best(key, "cpu", device)
-    if best:
-        return best[0], ""
+FALLBACK_CONFIGS = 3  # distinct configs tried, best first, before an operator keeps PyTorch's
+
+
+def ranked_records(records: Records, key: str, device: str,
+                   k: int = FALLBACK_CONFIGS) -> "list[tuple[Record, str]] | str":
+    """Up to ``k`` ok records of distinct configs of ``key``, fastest first, each with a note:
+    those of ``device``, else those of the same CPU at another thread count (their configs are
+    rebuilt for ``device``'s); else why there is none. The runners-up stand in where the best
+    config no longer builds in time or fails its check."""
     here = Device.parse(device)
-    others = [r for r in records.query(key, "cpu", ok_only=True) if _same_cpu(r.device, here)]
-    if others:
-        rec = max(others, key=lambda r: r.gflops)
-        return rec, (f"config tuned on {rec.device}, rebuilt for {here.threads} threads "
-                     "(PyTorch's) and checked")
-    elsewhere = sorted({r.device for r in records.query(key, "cpu", ok_only=True)})
-    return f"no ok record on {device}" + (f" (only on {', '.join(elsewhere)})"
-                                          if elsewhere else "")
+    recs = records.query(key, "cpu", device, ok_only=True)
+    note = ""
+    if not recs:
+        recs = [r for r in records.query(key, "cpu", ok_only=True) if _same_cpu(r.device, here)]
+        note = "config tuned on {}, rebuilt for " + f"{here.threads} threads (PyTorch's) and checked"
+    if not recs:
+        elsewhere = sorted({r.device for r in records.query(key, "cpu", ok_only=True)})
+        return f"no ok record on {device}" + (f" (only on {', '.join(elsewhere)})"
+                                              if elsewhere else "")
+    out, seen = [], set()
+    for r in sorted(recs, key=lambda r: -r.gflops):
+        if r.config_json not in seen:
+            seen.add(r.config_json)
+            out.append((r, note.format(r.device) if note else ""))
+        if len(out) == k:
+            break
+    return out
 
 
 def _same_cpu(text: str, here: Device) -> bool:
@@ -132,5 +144,5 @@ def openmp_copies() -> list[str]:
     return [os.path.realpath(p) for p in mapped_libraries("libgomp")]
 
 
-__all__ = ["CheckedKernel", "OPENMP_SYMBOLS", "best_record", "bind_openmp", "check_and_load",
+__all__ = ["CheckedKernel", "OPENMP_SYMBOLS", "bind_openmp", "check_and_load", "ranked_records",
            "config_of", "openmp_copies"]
