@@ -38,11 +38,12 @@ from gymnasium.vector.utils import batch_space
 
 from ..dataset.data import Dataset
 from ..dataset.replay import ReplayMeasurer
-from ..errors import InvalidConfigError, TensorGymError
+from ..errors import TensorGymError
 from ..space import is_int
 from ..templates import default_config
 from .named_moves import N_SLOTS, OBS_LENGTH, NamedMoves
 from .replay_vector import ReplayVectorEnv
+from .replay_vector_edit import discrete_actions
 
 FAILURE_PENALTY = -0.1
 
@@ -136,11 +137,7 @@ class ReplayMultiTaskEditEnv(VectorEnv):
         return self._masks.copy()
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        a = np.asarray(actions)
-        if a.shape != (self.num_envs,) or a.dtype.kind not in "iu":
-            raise InvalidConfigError(f"actions are an integer array of shape ({self.num_envs},), "
-                                     f"got {a.dtype} {a.shape}")
-        a = a.astype(np.int64, copy=False)
+        a = discrete_actions(actions, self.num_envs)
         n = self.num_envs
         rewards = np.zeros(n)
         runtime = np.full(n, math.inf)

@@ -30,6 +30,15 @@ from .edit import EditMoves
 from .replay_vector import SOURCE_NAMES, ReplayVectorEnv
 
 
+def discrete_actions(actions: Any, num_envs: int) -> np.ndarray:
+    """A batch of one integer action per env, as int64; else ``InvalidConfigError``."""
+    a = np.asarray(actions)
+    if a.shape != (num_envs,) or a.dtype.kind not in "iu":
+        raise InvalidConfigError(f"actions are an integer array of shape ({num_envs},), "
+                                 f"got {a.dtype} {a.shape}")
+    return a.astype(np.int64, copy=False)
+
+
 class ReplayVectorEditEnv(ReplayVectorEnv):
     """See the module docstring; the arguments are ``ReplayVectorEnv``'s, ``edit_moves`` and
     ``max_invalid_actions``."""
@@ -78,11 +87,7 @@ class ReplayVectorEditEnv(ReplayVectorEnv):
         return self._move_dest[np.arange(len(self._move_knob)), options] >= 0
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        a = np.asarray(actions)
-        if a.shape != (self.num_envs,) or a.dtype.kind not in "iu":
-            raise InvalidConfigError(f"actions are an integer array of shape ({self.num_envs},), "
-                                     f"got {a.dtype} {a.shape}")
-        a = a.astype(np.int64, copy=False)
+        a = discrete_actions(actions, self.num_envs)
         resetting = self._done | (self._invalid >= self.max_invalid_actions)
         self._restart(resetting)
         live = ~resetting
