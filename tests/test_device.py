@@ -98,6 +98,23 @@ def test_an_opencl_device_names_itself_as_a_device():
     assert d.kind == "opencl" and Device.parse(str(d)) == d and str(d).startswith("opencl:")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pyopencl") is None, reason="pyopencl is missing")
+def test_an_opencl_driver_that_cannot_build_is_an_unavailable_target(monkeypatch):
+    """A driver whose compiler fails on a one-line kernel (PoCL's LLVM 14 on a CPU newer than
+    it) makes the target unavailable, with the compiler's error, instead of failing every config."""
+    from tensorgym.errors import TargetUnavailableError
+    from tensorgym.hardware.opencl import list_devices, OpenCLRuntime
+
+    if not list_devices():
+        pytest.skip("no OpenCL device")
+    OpenCLRuntime().check_available()  # the real probe builds here
+    monkeypatch.setattr(OpenCLRuntime, "PROBE_SOURCE", "__kernel void probe(__global float* a)"
+                        " { a[0] = undeclared_name; }")
+    with pytest.raises(TargetUnavailableError, match="cannot build even a one-line kernel.*"
+                       "undeclared_name.*target 'cpu'"):
+        OpenCLRuntime().check_available()
+
+
 def test_the_reference_dataset_device_parses():
     pytest.importorskip("pyarrow")
     from tensorgym.dataset import Dataset

@@ -47,16 +47,21 @@ def list_devices() -> list:
 class OpenCLRuntime(Runtime):
     target = "opencl"
 
+    # built once by check_available: a driver whose compiler cannot build for this host (PoCL's
+    # LLVM 14 knows no CPU newer than it, e.g. Zen 5) is an unavailable target, not a failed config
+    PROBE_SOURCE = "__kernel void probe(__global float* a) { a[get_global_id(0)] = 1.0f; }"
+
     def __init__(self, device_index: int = 0, build_options: tuple[str, ...] = ()):
         self.device_index = device_index
         self.build_options = tuple(build_options)  # e.g. ("-cl-opt-disable",) for fast tests
         self._device = None
         self._context = None
+        self._probed = False
 
     @property
     def device(self):
         if self._device is None:
-            self.check_available()
+            self._select_device()
         return self._device
 
     @property
@@ -66,6 +71,23 @@ class OpenCLRuntime(Runtime):
         return self._context
 
     def check_available(self) -> None:
+        self._select_device()
+        if not self._probed:
+            self._probe_build()
+            self._probed = True
+
+    def _probe_build(self) -> None:
+        cl = _pyopencl()
+        try:
+            cl.Program(self.context, self.PROBE_SOURCE).build(options=list(self.build_options))
+        except cl.Error as e:
+            d = self.device
+            raise TargetUnavailableError(
+                f"OpenCL device {d.name.strip()!r} ({d.platform.version.strip()}) cannot build "
+                f"even a one-line kernel on this machine: {_first_error(str(e))}. "
+                f"{_advice(str(e))}") from None
+
+    def _select_device(self) -> None:
         devices = list_devices()
         if not devices:
             raise TargetUnavailableError(
@@ -105,6 +127,10 @@ class OpenCLRuntime(Runtime):
         try:
             built = cl.Program(self.context, source).build(options=list(self.build_options))
         except cl.Error as e:
+            if UNKNOWN_CPU in str(e):
+                raise TargetUnavailableError(
+                    f"OpenCL cannot build {program.name}: {_first_error(str(e))}. "
+                    f"{_advice(str(e))}") from None
             raise OpenCLBuildError(f"OpenCL build failed for {program.name}: {e}") from None
         self._finish_jit(built, program)
         return bytes(built.binaries[0])
@@ -136,6 +162,27 @@ class OpenCLRuntime(Runtime):
         built = cl.Program(self.context, [self.device], [binary]).build(
             options=list(self.build_options))
         return OpenCLKernel(self, getattr(built, _kernel_name(program)), program)
+
+
+UNKNOWN_CPU = "unknown target CPU"
+
+
+def _first_error(log: str) -> str:
+    """The compiler's first ``error:`` line (the build log repeats the options and device)."""
+    lines = [line.strip() for line in log.splitlines() if "error:" in line]
+    return lines[0] if lines else log.strip().splitlines()[0] if log.strip() else "no log"
+
+
+def _advice(log: str) -> str:
+    if UNKNOWN_CPU in log:
+        import llvmlite.binding as llvm  # noqa: PLC0415
+
+        version = ".".join(map(str, llvm.llvm_version_info))
+        return (f"The driver's compiler does not know this CPU (LLVM {version} calls it "
+                f"{llvm.get_host_cpu_name()}): it predates "
+                "it. Use target 'cpu' (LLVM through llvmlite) here, or an OpenCL driver built "
+                "with a newer LLVM")
+    return "Use target 'cpu', or check the OpenCL driver's installation"
 
 
 def _kernel_name(program: Program) -> str:
