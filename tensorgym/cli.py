@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also re-measure other devices' entries, for reference (still skipped)")
     v.add_argument("--out", metavar="REPORT", help="write the verdicts as JSON for "
                    "`leaderboard show --validation`")
+    pk = sub.add_parser("peak", help="measure this CPU's FMA peak (spaced samples) and show the "
+                        "best kept for it, which the leaderboard's peak %% divides by")
+    pk.add_argument("--threads", type=_non_negative, default=0,
+                    help="threads (default: every core this process may use)")
+    pk.add_argument("--book", metavar="PATH", help="the file the best is kept in (default: "
+                    "fma-peak.json in the user cache dir, where runs read it)")
+    pk.add_argument("--json", action="store_true", help="print JSON")
     from .dataset.cli import add_parser as add_dataset_parser
 
     add_dataset_parser(sub, _positive, _non_negative)
@@ -591,10 +598,33 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_peak(args: argparse.Namespace) -> int:
+    from .leaderboard.peak import PeakBook, device_peak_gflops
+    from .processes.host import available_cpus
+
+    book = PeakBook(args.book)
+    threads = args.threads or available_cpus()
+    before = book.best(threads)
+    best = device_peak_gflops("cpu", threads, book=book)
+    now = book.last.gflops if book.last else None
+    info = {"key": book.key(threads), "threads": threads, "measured_now": now,
+            "samples": list(book.last.samples) if book.last else [], "best_before": before,
+            "best": best, "book": str(book.path)}
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"{info['key']}: FMA peak {best:.1f} GFLOP/s on {threads} thread(s) (the best kept, "
+          f"{book.path})")
+    print(f"  measured now: {now:.1f} GFLOP/s, samples "
+          + ", ".join(f"{x:.1f}" for x in info["samples"])
+          + (f"; best before: {before:.1f}" if before else "; nothing kept before"))
+    return 0
+
+
 COMMANDS = {"list": cmd_list, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
             "validate": cmd_validate, "dataset": cmd_dataset, "tasks": cmd_tasks,
             "tune-model": cmd_tune_model, "bench-model": cmd_bench_model,
-            "corpus": cmd_corpus}
+            "corpus": cmd_corpus, "peak": cmd_peak}
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:

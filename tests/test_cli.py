@@ -164,3 +164,15 @@ def test_leaderboard_run_show_validate(capsys, tmp_path):
     doctored.write_text(json.dumps(doc))
     code, out, _ = run_cli(capsys, "validate", str(doctored), "--repeats", "1", "--threads", "1")
     assert code == 1 and out.count("NOT REPRODUCED") == 2
+
+
+def test_peak_measures_and_keeps_the_best(capsys, tmp_path):
+    book = tmp_path / "peak.json"
+    assert main(["peak", "--threads", "1", "--book", str(book), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["best_before"] is None and len(first["samples"]) == 5
+    assert first["best"] == pytest.approx(max(first["samples"]), abs=0.01) and first["best"] > 0
+    assert main(["peak", "--threads", "1", "--book", str(book)]) == 0
+    out = capsys.readouterr().out
+    assert "FMA peak" in out and "best before" in out and str(book) in out
+    assert json.loads(book.read_text())[first["key"]]["gflops"] >= first["best"]

@@ -198,3 +198,28 @@ def test_an_isa_the_host_lacks_or_does_not_know_is_refused():
         CPURuntime(isa="sse9")
     assert vector_lanes("avx2") == 8 and vector_lanes("avx512") == 16
     assert "avx2" in CPURuntime(isa="avx2").device_name()
+
+
+@pytest.mark.skipif(host_isa() == "other", reason="the vector registers counted are x86's")
+def test_the_host_build_does_its_fmas_on_the_hosts_widest_vectors():
+    """Whatever LLVM names this CPU, a vendor-class kernel built for the host does its
+    multiply-adds as packed FMAs on the widest registers the CPU has: zmm on AVX-512, ymm on
+    AVX2, and never on vectors narrower than the host's lanes (the micro-kernel's accumulators)."""
+    import re
+
+    from tensorgym.hardware.host import host_vector_lanes
+    from tensorgym.workloads import get_workload
+
+    lanes = host_vector_lanes()
+    wide, narrow = ("zmm", "ymm") if lanes == 16 else ("ymm", "xmm")
+    rt = CPURuntime()
+    for key in ("conv2d-C6", "dense:16,256,256"):
+        w = get_workload(key)
+        values = micro_kernel_values(w, lanes, 32 if lanes == 16 else 16)[0]
+        source = rt.render(lower(w, space_for(w, "cpu").from_values(values)))
+        fmas = re.findall(r"\bvfn?madd\d+ps\s+[^\n]*?%(zmm|ymm|xmm)", rt.assembly(source))
+        counts = {r: fmas.count(r) for r in ("zmm", "ymm", "xmm")}
+        assert counts[wide] >= 8, (key, counts)  # a register tile of accumulators, unrolled
+        assert counts[narrow] <= counts[wide] // 8, (key, counts)
+        if lanes == 8:
+            assert counts["zmm"] == 0, (key, counts)

@@ -125,3 +125,68 @@ def test_vendor_timer_runs_every_operator_and_epilogue(key):
 
     timer = VendorTimer(get_workload(key), "cpu", threads=1)
     assert timer.skipped == "" and len(timer.sample(2)) == 2
+
+
+def test_the_fma_peak_takes_spaced_samples():
+    p = fma_peak(threads=1, seconds=0.01, repeats=3, spacing=0.01)
+    assert len(p.samples) == 3 and p.gflops == max(p.samples) > 0
+    with pytest.raises(ValueError):
+        fma_peak(threads=1, spacing=-1)
+
+
+def test_the_peak_book_keeps_its_best_and_measures_again_when_beaten(tmp_path, monkeypatch):
+    from tensorgym.leaderboard import peak as peak_mod
+
+    path = tmp_path / "peak.json"
+    real = peak_mod.PeakBook(path, seconds=0.01, repeats=2, spacing=0.0)
+    first = real.measure(1)  # a real measurement, written to the book
+    assert first > 0 and real.best(1) == first and real.best(2) is None
+    readings = iter([10 * first, first / 2, 20 * first])
+    calls = []
+
+    def fake(threads, **kw):
+        calls.append(threads)
+        g = next(readings)
+        return peak_mod.Peak(g, threads, host_vector_lanes(), 1, "cpu", (g,))
+
+    monkeypatch.setattr(peak_mod, "fma_peak", fake)
+    book = peak_mod.PeakBook(path)
+    assert book.measure(1) == pytest.approx(10 * first, rel=1e-3)
+    assert book.measure(1) == pytest.approx(10 * first, rel=1e-3)  # a low reading is not kept
+    assert book.check(1, 5 * first) == (book.best(1), False) and len(calls) == 2
+    peak, over = book.check(1, 30 * first)  # above the book: measured again, still above
+    assert len(calls) == 3 and peak == pytest.approx(20 * first, rel=1e-3) and over
+    path.write_text("{not json")  # a damaged book reads as empty, and is rewritten
+    assert book.best(1) is None
+
+
+def test_a_best_above_the_peak_is_flagged_not_printed_as_a_share():
+    from tests.test_leaderboard import synthetic_run
+
+    run = synthetic_run(agents=("random",), seeds=(0,))
+    best = tables.task_rows(ResultsDoc([run]))[0].best_gflops
+    run.device["fma_peak_gflops"] = best / 2
+    row = tables.task_rows(ResultsDoc([run]))[0]
+    assert row.over_peak and row.share_of_peak is None
+    md = tables.markdown(ResultsDoc([run]))
+    assert f"| {tables.OVER_PEAK} |" in md and "200%" not in md and "cannot be" in md
+    first = next(csv.DictReader(io.StringIO(tables.csv_text(ResultsDoc([run])))))
+    assert first["share_of_peak"] in ("", "None") and first["over_peak"] == "True"
+
+
+def test_a_run_measures_the_peak_again_when_a_best_exceeds_it(monkeypatch):
+    from tensorgym.leaderboard import run as run_mod
+    from tests.test_leaderboard import synthetic_run
+
+    run = synthetic_run(agents=("random",), seeds=(0,))
+    entries = run.entries
+    best = max(e.best.gflops for e in entries if e.best)
+    run.device["fma_peak_gflops"] = best / 2
+    asked, said = [], []
+    monkeypatch.setattr(run_mod, "device_peak_gflops",
+                        lambda target, threads, gflops=0.0: asked.append(gflops) or 2 * best)
+    run_mod.recheck_peak(run, "cpu", 2, entries, said.append)
+    assert asked == [best] and run.device["fma_peak_gflops"] == 2 * best
+    assert "measured again" in said[0] and "flagged" not in said[0]
+    run_mod.recheck_peak(run, "cpu", 2, entries, said.append)  # below it now: nothing asked
+    assert asked == [best]

@@ -4,7 +4,8 @@ mean, as Markdown or CSV.
 A task is (workload, target, device): GFLOP/s from different devices are never compared. The
 "best known" config of a task is the fastest trial any agent found for it in the document.
 "peak %" is the re-measured best as a share of the CPU's FMA peak, measured by the run
-(``peak.fma_peak``, stored as the run's ``device["fma_peak_gflops"]``).
+(``peak.PeakBook``, stored as the run's ``device["fma_peak_gflops"]``). A best above the peak
+cannot be: it is flagged (``over_peak``, "> peak (!)"), never printed as a share over 100%.
 ``validated`` (a set of ``entry_digest``s, see ``validate.screen``) marks the entries whose best
 was re-measured on this machine; the others are shown as claims.
 """
@@ -50,6 +51,7 @@ class TaskRow:
     build_s: float
     measure_s: float
     search_s: float
+    over_peak: bool = False  # the best exceeds the measured peak: share_of_peak left out
 
 
 @dataclass
@@ -101,7 +103,8 @@ def task_rows(doc: ResultsDoc, validated: Collection[str] = frozenset()) -> list
                 best_gflops_std=statistics.pstdev(reported) if len(reported) > 1 else 0.0,
                 frac_of_best=mean_best / best_reported if best_reported > 0 else 0.0,
                 vendor_gflops=vendor, speedup_vs_vendor=mean_best / vendor if vendor else None,
-                share_of_peak=mean_best / peak if peak else None,
+                share_of_peak=mean_best / peak if peak and mean_best <= peak else None,
+                over_peak=bool(peak) and mean_best > peak,
                 trials_to_90=(statistics.median(reached)
                               if len(reached) * 2 > len(reach) else None),
                 auc=statistics.fmean(normalized_auc(e.curve(), best_known, e.budget)
@@ -145,6 +148,9 @@ def _validated(n: int, of: int) -> str:
     return f"{n}/{of}" + ("" if n == of else " *")
 
 
+OVER_PEAK = "> peak (!)"  # the peak % cell of a best above the measured FMA peak
+
+
 def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
              rejected: "list[tuple[str, str]] | None" = None) -> str:
     """``rejected``: (entry, reason) pairs left out of the ranking, listed after it."""
@@ -170,7 +176,8 @@ def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
         vendor = (f"{r.speedup_vs_vendor:.2f}x ({r.vendor_gflops:.2f})"
                   if r.speedup_vs_vendor else "-")
         reach = _fmt(r.trials_to_90, 0) if r.trials_to_90 is not None else f">{r.budget}"
-        peak = f"{100 * r.share_of_peak:.0f}%" if r.share_of_peak is not None else "-"
+        peak = (OVER_PEAK if r.over_peak else
+                f"{100 * r.share_of_peak:.0f}%" if r.share_of_peak is not None else "-")
         lines.append(
             f"| {r.task} | {r.device} | {r.agent} | {r.seeds} "
             f"| {_validated(r.validated, r.seeds)} | {r.budget} "
@@ -178,7 +185,12 @@ def markdown(doc: ResultsDoc, validated: Collection[str] = frozenset(),
             f"| {peak} | {reach} "
             f"| {r.auc:.3f} | {r.failures:.1f} | {r.wall_s:.1f} | {r.build_s:.1f} "
             f"| {r.measure_s:.1f} | {r.search_s:.2f} |")
+    if any(r.over_peak for r in rows):
+        lines += ["", f"{OVER_PEAK}: the re-measured best is above the FMA peak measured on this "
+                  "device, even after measuring the peak again: a figure that cannot be (a timing "
+                  "error, or a peak that cannot be reached in this moment); check it before use."]
     return "\n".join(lines + _rejected(rejected or [])) + "\n"
+
 
 
 #: a "Not ranked" cell longer than this is cut (a file may hold a 5,000-digit workload key)
