@@ -51,6 +51,12 @@ class EditPolicyAgent(SearchStrategy):
                           .get("budget", 16))
         self.fallbacks = {"neighbour": 0, "random": 0}  # proposals the policy did not make
 
+    @property
+    def training(self) -> dict:
+        """What the policy learned before any tune, as its weights file says (dataset, split,
+        steps, seconds, ...): the generalization track reports it beside the score."""
+        return dict(self.policy.header.get("about", {}))
+
     def reset(self, space: ConfigSpace, seed: int) -> None:
         if space.workload_key is None:
             raise TensorGymError(f"{self.name} needs a template's space (with a workload key), "

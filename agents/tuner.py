@@ -221,6 +221,18 @@ class ModelTuner(SearchStrategy):
             return spec()
         raise TypeError(f"model must be a name, a cost model or a factory, got {spec!r}")
 
+    @property
+    def training(self) -> dict:
+        """What the cost model learned before any tune: the pretrained file's ``about``
+        (dataset, split, rows, ...), ``{}`` without one. Records pretraining (``pretrain``)
+        comes from the session's own database, not from training, so it is not listed."""
+        if self.pretrained is None:
+            return {}
+        from .pretrained import pretrained_model
+
+        path = None if self.pretrained == "shipped" else self.pretrained
+        return dict(getattr(pretrained_model(path), "about", {}))
+
     def build_model(self, session: TuningSession, seed: int) -> CostModel:
         """A fresh cost model; with transfer learning or a warm start's pretraining, fitted on
         the source records (``warm_start_summary`` starts over here)."""

@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "then re-measure each best live here; ranked apart from live runs")
     run.add_argument("--on-miss", default="surrogate", choices=["surrogate", "nearest", "error"],
                      help="with --replay: how a config the dataset lacks is answered")
+    run.add_argument("--track", choices=["live", "generalization"], default="live",
+                     help="generalization: score each run's best of its first k trials (--ks) "
+                     "live, against the vendor and the reference tuner (xgb, run beside), with "
+                     "each agent's declared training (docs/dataset.md); ranked apart")
+    run.add_argument("--ks", type=_int_list, default=[8, 32, 128],
+                     help="with --track generalization: the budgets scored (default 8,32,128)")
+    run.add_argument("--task-sample", type=_positive, metavar="N",
+                     help="run N of the suite's tasks, spread evenly over its list")
     _output_args(run)
     show = lsub.add_parser("show", help="merge results documents and print the leaderboard")
     show.add_argument("results", nargs="+")
@@ -503,6 +511,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from tensorgym.leaderboard.suites import get_suite
 
     suite = get_suite(args.suite)
+    if args.task_sample:
+        suite = suite.sample(args.task_sample)
     agents = [a for a in args.agents.split(",") if a]
     if not agents:
         raise UsageError("--agents is empty")
@@ -514,10 +524,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.ray is not None and args.db:
         raise UsageError("--db does not go with --ray: the runs measure on cluster nodes, their "
                          "trials are in the results document")
+    if args.track == "generalization" and (args.replay is not None or args.ray is not None):
+        raise UsageError("--track generalization runs live here: not with --replay or --ray")
     options = RunOptions(trials=args.trials, seeds=args.seeds, remeasure=args.remeasure,
                          vendor=not args.no_vendor, records=args.db, threads=args.threads,
                          ray=args.ray, journal=f"{args.out}.partial.jsonl",
-                         replay=args.replay, on_miss=args.on_miss)
+                         replay=args.replay, on_miss=args.on_miss, track=args.track,
+                         ks=tuple(args.ks))
     doc = run_suite(suite, agents, options,
                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     doc.save(args.out)

@@ -39,7 +39,7 @@ from .metrics import best_so_far
 
 SCHEMA = "tensorgym-results"
 SCHEMA_VERSION = "1.1"  # 1.1: Run.track, Run.dataset, Trial.source
-TRACKS = ("live", "replay")
+TRACKS = ("live", "replay", "generalization")
 
 # T4's "invalidity" vocabulary, extended with tensorgym's error codes
 _INVALIDITY = {
@@ -99,6 +99,14 @@ class Best:
 
 
 @dataclass
+class PrefixBest:
+    """The generalization track: the best of a run's first ``k`` trials, re-measured."""
+
+    k: int
+    best: Best
+
+
+@dataclass
 class Entry:
     """One agent on one task with one seed."""
 
@@ -116,6 +124,7 @@ class Entry:
     best: "Best | None" = None
     agent_options: dict[str, Any] = field(default_factory=dict)
     label: str = ""  # the workload's registered name, if any
+    at_k: list[PrefixBest] = field(default_factory=list)  # generalization track: bests at k
 
     @property
     def task(self) -> tuple[str, str]:
@@ -159,7 +168,7 @@ class Run:
     seeds: list[int]
     entries: list[Entry] = field(default_factory=list)
     vendor: list[VendorResult] = field(default_factory=list)
-    track: str = "live"  # live | replay
+    track: str = "live"  # live | replay | generalization
     dataset: dict[str, Any] = field(default_factory=dict)  # replay: path, digest, device, on_miss
 
     def vendor_for(self, workload: str, target: str) -> "VendorResult | None":
@@ -297,8 +306,15 @@ def one_track(doc: ResultsDoc) -> str:
 def track_heading(doc: ResultsDoc) -> str:
     """A Markdown heading naming ``doc``'s track ("" for live runs alone): a replay track's
     datasets and how many trials were recorded or surrogate answers."""
-    if one_track(doc) == "live":
+    track = one_track(doc)
+    if track == "live":
         return ""
+    if track == "generalization":
+        from .generalization import generalization_markdown  # noqa: PLC0415
+
+        suites = sorted({str(r.suite.get("name", "?")) for r in doc.runs})
+        return (f"# Generalization track: {', '.join(suites)}, live\n\n"
+                + generalization_markdown(doc))
     counts: dict[str, int] = {}
     for _, e in doc.entries():
         for k, n in e.sources().items():

@@ -43,6 +43,8 @@ class RunOptions:
     journal: "str | None" = None  # with ray: entries done so far, read back to resume
     replay: Any = None  # a dataset (path or loaded Dataset): trials answered from it (the replay track)
     on_miss: str = "surrogate"  # replay: how configs the dataset lacks are answered
+    track: str = "live"  # "generalization": scored at each k of ``ks`` (leaderboard.generalization)
+    ks: tuple[int, ...] = (8, 32, 128)
 
 
 def run_entry(agent_name: str, workload: str, target: str, seed: int, trials: int,
@@ -107,6 +109,13 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     say = progress or (lambda msg: None)
     if options.ray is not None:
         return _run_suite_ray(suite, agents, options, trials, seeds, say)
+    if options.track == "generalization":
+        if options.ray is not None or options.replay is not None:
+            raise TensorGymError("the generalization track runs live on this machine: not with "
+                                 "ray or replay")
+        from .generalization import run_suite_generalization
+
+        return run_suite_generalization(suite, agents, options, trials, seeds, say)
     if options.replay is not None:
         from .replay_track import run_suite_replay
 

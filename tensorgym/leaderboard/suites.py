@@ -9,7 +9,7 @@ a cost model before the test suite; it is ~200 tasks, a job for a cluster (``--r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorgym.errors import TensorGymError
 from tensorgym.nn.corpus import load_corpus
@@ -29,6 +29,17 @@ class Suite:
     def to_json(self) -> dict:
         return {"name": self.name, "tasks": [list(t) for t in self.tasks], "trials": self.trials,
                 "seeds": list(self.seeds), "description": self.description}
+
+    def sample(self, n: int) -> "Suite":
+        """``n`` of the tasks, spread evenly over the list (first, last and between: the
+        corpus suites list tasks by operator), named ``NAME[n/total]``; deterministic."""
+        if n < 1:
+            raise TensorGymError(f"a sample needs at least one task, got {n}")
+        if n >= len(self.tasks):
+            return self
+        picks = sorted({round(i * (len(self.tasks) - 1) / max(n - 1, 1)) for i in range(n)})
+        return replace(self, name=f"{self.name}[{n}/{len(self.tasks)}]",
+                       tasks=tuple(self.tasks[i] for i in picks))
 
     @classmethod
     def from_json(cls, obj: dict) -> "Suite":
