@@ -193,6 +193,7 @@ def test_bench_model_smoke(dqn_db):
     got = json.loads(out)
     assert set(got["latency_ms"]) == {"tensorgym", "eager"} and got["replaced"] == 5
     assert len(got["tasks"]) == 5 and all(t["ours_ms"] > 0 for t in got["tasks"])
+    assert got["output"]["within"] and got["output"]["max_abs"] < 1e-3  # checked against eager
     rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db + ".missing"])
     assert rc == 1 and "does not exist" in err
 

@@ -32,6 +32,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", CompileWarning)  # the report below says it
         cm = compile(model, x, args.db, name=args.model)
     report = cm.tensorgym_report
+    check = output_check(cm, model, x)
     fns = {"tensorgym": lambda: cm(x), "eager": lambda: model(x)}
     ind, why = (None, "left out (--no-inductor)") if args.no_inductor else inductor(model, x)
     if ind is not None:
@@ -46,7 +47,8 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
                       "pytorch_ms": t["pytorch"] * 1e3, "speedup": t["pytorch"] / t["ours"]})
     out = {"model": args.model, "device": report.device, "rounds": args.rounds,
            "latency_ms": {k: v * 1e3 for k, v in lat.items()}, "inductor": why or "ok",
-           "replaced": len(report.replaced), "kept": len(report.kept), "tasks": tasks}
+           "replaced": len(report.replaced), "kept": len(report.kept), "output": check,
+           "tasks": tasks}
     if args.json:
         print(json.dumps(out))
     else:
@@ -54,9 +56,33 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     return 0
 
 
+RTOL, ATOL = 1e-4, 1e-5  # what tests/test_nn_compile.py asks of every built-in model
+
+
+def output_check(compiled: Any, model: Any, x: Any, rtol: float = RTOL,
+                 atol: float = ATOL) -> dict:
+    """The compiled module's output against eager's on the bench input: the largest absolute
+    and relative differences, and whether every element is within ``rtol`` (plus ``atol``)."""
+    import torch
+
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    diff = (got - want).abs()
+    scale = float(want.abs().max())
+    return {"max_abs": float(diff.max()), "max_eager": scale,
+            "max_rel": float(diff.max()) / scale if scale else 0.0,  # to the output's scale
+            "within": bool(torch.allclose(got, want, rtol=rtol, atol=atol)),
+            "rtol": rtol, "atol": atol}
+
+
 def _print(out: dict, report: Any) -> None:
     lat = out["latency_ms"]
     print(f"{report.summary()}; median of {out['rounds']} interleaved rounds")
+    c = out["output"]
+    print(f"output against eager: max |diff| {c['max_abs']:.3g} (of max |eager| "
+          f"{c['max_eager']:.3g}), "
+          + ("within" if c["within"] else "NOT within")
+          + f" rtol {c['rtol']:g} + atol {c['atol']:g}")
     print("| variant | latency ms | eager / this |\n|---|---:|---:|")
     for name, ms in lat.items():
         print(f"| {name} | {ms:.3f} | {lat['eager'] / ms:.2f}x |")
