@@ -169,8 +169,8 @@ UNKNOWN_CPU = "unknown target CPU"
 
 def _first_error(log: str) -> str:
     """The compiler's first ``error:`` line (the build log repeats the options and device)."""
-    lines = [line.strip() for line in log.splitlines() if "error:" in line]
-    return lines[0] if lines else log.strip().splitlines()[0] if log.strip() else "no log"
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return next((line for line in lines if "error:" in line), lines[0] if lines else "no log")
 
 
 def _advice(log: str) -> str:

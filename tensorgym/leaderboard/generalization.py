@@ -14,7 +14,6 @@ seconds) stands beside its score; an agent trained on anything but a train split
 from __future__ import annotations
 
 import statistics
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -24,9 +23,9 @@ from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer
 from tensorgym.workloads import get_workload
 
-from .harness import device_info, device_threads, runtime_options, software_versions
+from .harness import device_threads, runtime_options
 from .metrics import geomean
-from .results import Best, Entry, PrefixBest, ResultsDoc, Run, utc_now
+from .results import Best, Entry, PrefixBest, ResultsDoc, Run
 from .suites import Suite
 
 if TYPE_CHECKING:
@@ -63,8 +62,7 @@ def run_suite_generalization(suite: Suite, agents: Sequence[str], options: "RunO
                              say: Callable[[str], None]) -> ResultsDoc:
     """``run.run_suite`` with ``options.track == "generalization"``."""
     from .compare import remeasure as side_by_side
-    from .peak import device_peak_gflops
-    from .run import agent_options, recheck_peak, run_entry
+    from .run import agent_options, recheck_peak, run_entry, start_run
 
     ks = tuple(sorted(set(options.ks)))
     if not ks or ks[0] < 1:
@@ -79,13 +77,10 @@ def run_suite_generalization(suite: Suite, agents: Sequence[str], options: "RunO
                 for a in agents}
     runs: dict[str, Run] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):
-        runs[target] = Run(uuid.uuid4().hex, utc_now(), device_info(target, options.threads),
-                           software_versions(),
-                           {**suite.to_json(), "trials": budget, "agents": agents,
-                            "ks": list(ks), "reference": REFERENCE, "training": training},
-                           seeds, track="generalization")
-        if (peak := device_peak_gflops(target, options.threads)) is not None:
-            runs[target].device["fma_peak_gflops"] = peak
+        runs[target] = start_run(target, options.threads,
+                                 {**suite.to_json(), "trials": budget, "agents": agents,
+                                  "ks": list(ks), "reference": REFERENCE, "training": training},
+                                 seeds, track="generalization")
     measurers: dict[str, Any] = {}
     try:
         for workload, target in suite.tasks:

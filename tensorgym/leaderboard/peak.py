@@ -146,9 +146,12 @@ class PeakBook:
 
     @staticmethod
     def key(threads: int, lanes: "int | None" = None) -> str:
-        from tensorgym.hardware.cpu import _cpu_model  # noqa: PLC0415
+        """The CPU device's fingerprint on ``threads`` threads (what records are keyed by) and
+        the vector width the loop runs on."""
+        from tensorgym.hardware.target import get_target  # noqa: PLC0415
 
-        return f"{_cpu_model()}/{host_cpu_name()}/{lanes or host_vector_lanes()}l/{threads}t"
+        device = get_target("cpu").device_fingerprint(num_threads=threads)
+        return f"{device}/{lanes or host_vector_lanes()}l"
 
     def _read(self) -> dict:
         try:
@@ -174,13 +177,13 @@ class PeakBook:
                                     spacing=self.spacing)
         book = self._read()
         key = self.key(threads, peak.lanes)
-        old = book.get(key) if isinstance(book.get(key), dict) else {}
-        best = max(peak.gflops, float(old.get("gflops", 0.0)))
-        if best > float(old.get("gflops", 0.0)):
-            book[key] = {"gflops": round(best, 2), "samples": [round(x, 2) for x in peak.samples],
+        kept = book[key].get("gflops", 0.0) if isinstance(book.get(key), dict) else 0.0
+        if peak.gflops > kept:
+            book[key] = {"gflops": round(peak.gflops, 2),
+                         "samples": [round(x, 2) for x in peak.samples],
                          "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self._write(book)
-        return round(best, 2)
+        return round(max(peak.gflops, float(kept)), 2)
 
     def check(self, threads: int, gflops: float) -> tuple[float, bool]:
         """(the peak, whether ``gflops`` is still above it): measured again only if ``gflops``

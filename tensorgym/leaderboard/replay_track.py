@@ -10,7 +10,6 @@ only suits agents that propose recorded configs.
 """
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -19,9 +18,8 @@ from tensorgym.measure import LocalMeasurer, Measurer
 from tensorgym.task import Task
 from tensorgym.workloads import get_workload
 
-from .harness import device_info, device_threads, runtime_options, software_versions
-from .peak import device_peak_gflops
-from .results import Entry, ResultsDoc, Run, utc_now
+from .harness import device_info, device_threads, runtime_options
+from .results import Entry, ResultsDoc, Run
 from .suites import Suite
 
 if TYPE_CHECKING:
@@ -35,7 +33,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
     """``run.run_suite`` with ``options.replay`` set (a dataset path, or a loaded ``Dataset``)."""
     from tensorgym.dataset import Dataset
 
-    from .run import remeasure_bests, run_entry
+    from .run import remeasure_bests, run_entry, start_run
 
     if options.on_miss not in REPLAY_ON_MISS:
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
@@ -56,14 +54,12 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                 f"{'' if data.devices(target) else target + ' device'}; this machine is "
                 f"{info['name']}: the replay track re-measures each best live on the dataset's "
                 "device (run it there, or with the --threads the dataset was collected with)")
-        runs[target] = Run(uuid.uuid4().hex, utc_now(), info, software_versions(),
-                           {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds,
-                           track="replay",
-                           dataset={"path": data.path, "digest": data.digest,
-                                    "device": info["name"], "on_miss": options.on_miss,
-                                    "records": len(data)})
-        if (peak := device_peak_gflops(target, options.threads)) is not None:
-            runs[target].device["fma_peak_gflops"] = peak
+        runs[target] = start_run(target, options.threads,
+                                 {**suite.to_json(), "trials": trials, "agents": list(agents)},
+                                 seeds, info, track="replay",
+                                 dataset={"path": data.path, "digest": data.digest,
+                                          "device": info["name"], "on_miss": options.on_miss,
+                                          "records": len(data)})
     missing = [f"{w}@{t}" for w, t in suite.tasks
                if not data.by_task.get(Task(get_workload(w).key, t, devices[t]))]
     if missing and options.on_miss != "surrogate":  # the world model answers such tasks

@@ -101,6 +101,18 @@ def agent_options(agent_name: str, given: dict) -> dict:
     return dict(given)
 
 
+def start_run(target: str, threads: int, suite: dict, seeds: list[int],
+              info: "dict | None" = None, **fields: Any) -> Run:
+    """A new run on this machine's ``target`` device (``info``: its ``device_info`` if known),
+    holding the CPU's FMA peak for the tables' "peak %"; ``fields``: the Run's others (track,
+    dataset)."""
+    run = Run(uuid.uuid4().hex, utc_now(), info or device_info(target, threads),
+              software_versions(), suite, seeds, **fields)
+    if (peak := device_peak_gflops(target, threads)) is not None:
+        run.device["fma_peak_gflops"] = peak
+    return run
+
+
 def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" = None,
               progress: "Progress | None" = None) -> ResultsDoc:
     options = options or RunOptions()
@@ -123,11 +135,9 @@ def run_suite(suite: Suite, agents: Sequence[str], options: "RunOptions | None" 
     runs: dict[str, Run] = {}  # one run per target in the suite
     measurers: dict[str, Measurer] = {}
     for target in dict.fromkeys(t for _, t in suite.tasks):  # fail early on a missing device
-        runs[target] = Run(uuid.uuid4().hex, utc_now(), device_info(target, options.threads),
-                           software_versions(),
-                           {**suite.to_json(), "trials": trials, "agents": list(agents)}, seeds)
-        if (peak := device_peak_gflops(target, options.threads)) is not None:
-            runs[target].device["fma_peak_gflops"] = peak  # the tables' "peak %"
+        runs[target] = start_run(target, options.threads,
+                                 {**suite.to_json(), "trials": trials, "agents": list(agents)},
+                                 seeds)
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
