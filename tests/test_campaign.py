@@ -135,3 +135,36 @@ def test_cli_errors(tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     rc, out, err = cli(["dataset", "collect", *argv])
     assert rc != 0 and message in out + err
+
+
+def test_configs_recorded_before_a_knob_was_added_are_not_measured_again(tmp_path):
+    """A record written before a knob existed spells its config without it (the knob's first
+    option): a resumed campaign counts it as done instead of measuring the same schedule again
+    under today's longer spelling."""
+    import sqlite3
+
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import get_workload
+
+    key = "conv2d:1,2,6,6,4,3,1,1"
+    added = ["contiguous_writeback", "pad_vector"]
+    assert all(space_for(get_workload(key), "cpu").knob(name).added for name in added)
+    db = tmp_path / "c.db"
+    with campaign(db, workloads=[key]) as c:
+        c.run(600, max_rounds=1, progress=False)
+    con = sqlite3.connect(db)
+    paths = ", ".join(f"'$.knobs.{name}'" for name in added)
+    at_first = " AND ".join(f"json_extract(config_json, '$.knobs.{name}') = 0"
+                            for name in added)
+    with con:  # as a tensorgym before these knobs wrote the configs that have their first option
+        stripped = con.execute(f"UPDATE records SET config_json = json_remove(config_json, "
+                               f"{paths}) WHERE {at_first}").rowcount
+    con.close()
+    assert stripped >= 1  # the reference schedule at least
+    with campaign(db, workloads=[key]) as c:
+        second = c.run(600, max_rounds=1, progress=False)
+    assert second.measured == 6 and second.per_task == {key: 13}
+    space = space_for(get_workload(key), "cpu")
+    _, rows = configs_by_task(db)
+    indices = Counter(space.from_json(r.config_json).index for r in rows)
+    assert max(indices.values()) == 1, "a config was measured twice on one device"

@@ -53,7 +53,11 @@ def test_a_huge_kernel_is_built_at_o1_and_is_correct():
     """A source of HUGE_SOURCE_LINES or more (one big unrolled block) gets the IR pipeline's O1,
     the result says so, and the kernel still computes what NumPy does."""
     w = conv2d(1, 16, 14, 14, 32, 3, 1, 1)
-    config = space_for(w, "cpu").get(18721918)  # unroll 512 over a cache_write block
+    config = space_for(w, "cpu").from_values(  # unroll 512 over a cache_write block
+        {"tile_oc": (2, 2, 8), "tile_oh": (2, 1, 7), "tile_ow": (7, 1, 2), "tile_rc": (4, 4),
+         "tile_ry": (1, 3), "tile_rx": (1, 3), "reorder": ("R0", "S1", "R1", "S2"),
+         "vectorize": "inner", "unroll_max_step": 512, "parallel": 2, "cache_write": 1,
+         "inline_pad": 1, "vector_axis": "oc", "pack_weight": 0})
     p = lower(w, config)
     source = RT.render(p)
     assert source.count("\n") >= HUGE_SOURCE_LINES

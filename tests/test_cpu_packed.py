@@ -18,7 +18,7 @@ from .conftest import SMALL_WORKLOADS
 
 ISAS = ["avx2"] + (["avx512"] if host_isa() == "avx512" else [])
 RUNTIMES = {isa: CPURuntime(isa=isa) for isa in ISAS}
-NEW_KNOBS = ("vector_axis", "pack_weight", "pack_b")
+NEW_KNOBS = ("vector_axis", "pack_weight", "pack_b", "contiguous_writeback", "pad_vector")
 
 
 def run_config(rt, w, c):
@@ -107,6 +107,60 @@ def test_random_configs_with_the_new_knobs_match_numpy(w, isa):
     for c in with_new_knobs(space, np.random.default_rng(hash(w.key) % 2**32), 8):
         _, err = run_config(RUNTIMES[isa], w, c)
         assert err <= tolerance(w), (isa, c, err)
+
+
+def _vector_stores(p: A.Program, buffer: str) -> list[tuple[A.For, A.Store]]:
+    """(vector loop, store) for every store to ``buffer`` inside a vectorized loop."""
+    return [(loop, n) for loop in A.walk(p.body) if isinstance(loop, A.For)
+            and loop.kind == "vectorized" for n in A.walk(loop.body)
+            if isinstance(n, A.Store) and n.buffer.name == buffer]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("epilogue", [(), ("bias", "relu"), ("bias", "add", "relu")])
+def test_a_contiguous_write_back_and_padding_rows_match_numpy(isa, epilogue):
+    """Output channels in the lanes, written back to the NCHW output with ``ow`` as the vector
+    loop (contiguous stores), and the padding materialised as fused, vectorized rows; in every
+    combination with the plain forms, parallel loops and vectorization."""
+    lanes = vector_lanes(isa)
+    w = conv2d(1, 3, 30, 30, 2 * lanes, 7, 2, 3, epilogue=epilogue)  # C1's shape, small: ow 15
+    space = space_for(w, "cpu")
+    base = dict(default_config(w, "cpu").values, reorder=("S1", "R0", "R1", "S2"),
+                tile_oc=(1, 2, lanes), tile_ow=(1, 3, 5), tile_oh=(5, 3, 1), vector_axis="oc",
+                pack_weight=1, inline_pad=0, cache_write=1, unroll_max_step=16)
+    for contiguous in (0, 1):
+        for rows in (0, 1):
+            for parallel in (0, 1, 2):
+                for vectorize in ("none", "inner"):
+                    c = space.from_values(dict(base, contiguous_writeback=contiguous,
+                                               pad_vector=rows, parallel=parallel,
+                                               vectorize=vectorize))
+                    p, err = run_config(RUNTIMES[isa], w, c)
+                    assert err <= tolerance(w), (c.values, err)
+                    if vectorize == "inner":
+                        out = {loop.var.name for loop, _ in _vector_stores(p, "conv")}
+                        assert out == ({"ow.2"} if contiguous else {"oc.2"}), out
+                        pad = {loop.var.name for loop, _ in _vector_stores(p, "pad")}
+                        # C1's padded rows (36 wide) are one vector; the plain stage's too
+                        assert pad == ({"pad.pad_3.1"} if rows else {"pad_3"}), pad
+                    par = [n for n in A.walk(p.body) if isinstance(n, A.For)
+                           and n.kind == "parallel"]
+                    if rows and parallel:
+                        assert par[0].var.name == "pad.fused" and par[0].extent == 3 * 36
+
+
+def test_padding_rows_wider_than_a_vector_are_split_into_chunks():
+    """C1's 230-wide padded rows: 5 chunks of 46 lanes, the 690 rows of 3 channels fused."""
+    from tensorgym.lower.cpu import row_lanes
+
+    assert row_lanes(230) == 46 and row_lanes(58) == 58 and row_lanes(229) == 1
+    w = conv2d(1, 3, 224, 224, 64, 7, 2, 3)
+    space = space_for(w, "cpu")
+    c = space.from_values(dict(default_config(w, "cpu").values, inline_pad=0, pad_vector=1,
+                               parallel=2, vectorize="inner"))
+    loops = [n for n in A.walk(lower(w, c).body) if isinstance(n, A.For)]
+    assert [(n.extent, n.kind) for n in loops[:3]] == [(690, "parallel"), (5, "serial"),
+                                                       (46, "vectorized")]
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -108,11 +108,12 @@ def test_an_in_place_epilogue_in_the_loops_of_the_zeroing():
                                   "conv2d:1,4,9,9,8,3,2,1", "dense:7,32,48",
                                   "batch_matmul:3,16,8,24", "conv2d:1,16,10,10,32,3,1,1,4"])
 def test_fast_rows_equal_lowering_rows_with_the_vendor_class_knobs(name):
-    """Output channels in the vector lanes and packed operands (a 5-D weight, B panels), in
-    every combination, under random tiles, orders, fused parallel loops and unrolling."""
+    """Output channels in the vector lanes, packed operands (a 5-D weight, B panels) and the
+    write-back's order and the padding's rows, in every combination, under random tiles, orders, fused parallel loops and unrolling."""
     w = get_workload(name)
     space = space_for(w, "cpu")
-    names = [k for k in ("vector_axis", "pack_weight", "pack_b", "pack_w") if k in
+    names = [k for k in ("vector_axis", "pack_weight", "pack_b", "pack_w",
+                         "contiguous_writeback", "pad_vector") if k in
              {kn.name for kn in space.knobs}]
     options = [space.knob(k).options for k in names]
     configs = []
@@ -129,7 +130,8 @@ def test_a_configs_row_does_not_depend_on_its_batch(name):
     the same for the whole nest) equals its row among configs of other choices."""
     w = get_workload(name)
     space = space_for(w, "cpu")
-    knobs = [k for k in ("vector_axis", "pack_weight", "pack_b")
+    knobs = [k for k in ("vector_axis", "pack_weight", "pack_b", "contiguous_writeback",
+                                 "pad_vector")
              if k in {kn.name for kn in space.knobs}]
     configs = []
     for i, c in enumerate(space.sample(np.random.default_rng(31), 48)):

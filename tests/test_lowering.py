@@ -59,7 +59,12 @@ def test_only_the_reduction_nest_is_unrolled_around_a_local_accumulator():
     tile is unrolled as before."""
     w = get_workload("conv2d-C6")
     space = space_for(w, "cpu")
-    c = space.get(147481727)  # unroll 512, cache_write 1, an inner tile of 224 vectors
+    # unroll 512, cache_write 1, an inner tile of 224 vectors
+    c = space.from_values({"tile_oc": (2, 2, 32), "tile_oh": (1, 14, 2), "tile_ow": (7, 1, 4),
+                           "tile_rc": (16, 8), "tile_ry": (1, 3), "tile_rx": (1, 3),
+                           "reorder": ("R0", "S1", "R1", "S2"), "vectorize": "inner",
+                           "unroll_max_step": 512, "parallel": 2, "cache_write": 1,
+                           "inline_pad": 1, "vector_axis": "oc", "pack_weight": 1})
     assert c["unroll_max_step"] == 512 and c["cache_write"] == 1
 
     def unrolled_stores(program):

@@ -178,7 +178,8 @@ def test_a_config_recorded_before_a_knob_was_added_means_its_first_option():
 
     space = space_for(get_workload("conv2d-C6"), "cpu")
     added = [k for k in space.knobs if k.added]
-    assert {k.name for k in added} == {"vector_axis", "pack_weight"}
+    assert {k.name for k in added} == {"vector_axis", "pack_weight", "contiguous_writeback",
+                                       "pad_vector"}
     config = space.sample(np.random.default_rng(0), 1)[0]
     old = {k: v for k, v in config.values.items() if k not in {a.name for a in added}}
     again = space.from_values(old)

@@ -38,7 +38,7 @@ from ..session import TuningSession
 from ..task import Task
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
-from .collection import make_measurer
+from .collection import make_measurer, recorded_configs
 
 PARTS = ("random", "agent")
 
@@ -208,7 +208,7 @@ class Campaign:
         return {"batch_size": max(8, self.chunk // 2)} if self.agent == "xgb" else {}
 
     def _done(self, w: Workload) -> set[str]:
-        return {rec.config_json for rec in self.records.query(w.key, self.target, self.device)}
+        return recorded_configs(self.records, w, self.target, self.device)
 
     def _options(self, part: str) -> dict:
         tag = "random" if part == "random" else f"agent:{self.agent}"

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import registry
-from ..errors import TensorGymError
+from ..errors import InvalidConfigError, TensorGymError
 from ..measure import MeasureOptions, Measurer
 from ..records import Records
 from ..search import ProgressBar, tune
@@ -94,6 +94,20 @@ def collect(workloads: Sequence["str | Workload"], target: str = "cpu", n_config
             records.close()
 
 
+def recorded_configs(records: Records, w: Workload, target: str, device: str) -> set[str]:
+    """The JSON of every config recorded for the task, as its space spells it now: a config
+    recorded before a knob was added (its JSON lacks it) means the knob's first option, so it
+    is done, not one to measure again under the longer spelling."""
+    space = space_for(w, target)
+    out = set()
+    for r in records.query(w.key, target, device):
+        try:
+            out.add(space.from_json(r.config_json).to_json())
+        except InvalidConfigError:
+            out.add(r.config_json)  # no config of today's space: it matches none of the plan
+    return out
+
+
 def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, seed: int,
             progress: bool, batch_size: int, opts: dict, *_: Any) -> CollectReport:
     t0 = time.perf_counter()
@@ -102,7 +116,7 @@ def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, see
     reference = default_config(w, target)
     rng = np.random.default_rng([seed, zlib.crc32(w.key.encode())])
     plan = [reference] + space.sample_unique(rng, n, exclude={reference.index})
-    done = {r.config_json for r in records.query(w.key, target, device)}
+    done = recorded_configs(records, w, target, device)
     todo = [c for c in plan if c.to_json() not in done]
     batch = batch_size or 4 * max(1, m.options.n_parallel or _cores())
     failures = 0

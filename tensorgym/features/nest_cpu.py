@@ -14,13 +14,14 @@ batch.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from .. import te
-from ..lower.cpu import MAX_VECTOR_LANES
+from ..lower.cpu import MAX_VECTOR_LANES, row_lanes
 from ..space import Config
 from ..templates.cpu import PACKABLE
 from ..templates.gpu import operands
@@ -46,6 +47,8 @@ def cpu_groups(workload: Workload, configs: Sequence[Config]) -> list[tuple[np.n
              "inline": np.array([bool(v.get("inline_pad", 1)) for v in values])}
     pack_knob = PACKABLE[workload.op][2] if workload.op in PACKABLE else None
     knobs["packed"] = np.array([bool(pack_knob and v.get(pack_knob, 0)) for v in values])
+    for name in ("contiguous_writeback", "pad_vector"):
+        knobs[name] = np.array([bool(v.get(name, 0)) for v in values])
     names = {ax.name for ax in spatial}
     vector_axes = np.array([v.get("vector_axis") for v in values], object)
     for name in set(vector_axes.tolist()) - names - {None}:
@@ -207,7 +210,18 @@ class _CpuNest:
         where = self.inner_at >= 0
         inner[where] = self.block.lid[self.inner_at[where], np.nonzero(where)[1]]
         self.inner = _Part("i", inner)
-        parts = (self.outer, self.block, self.inner)
+        # the accumulator's write-back nest: the same loops, or (``contiguous_writeback``) with
+        # the output's innermost axis moved innermost, a stable sort (``lower/cpu``); wb_perm[d]:
+        # the inner place whose loop is the write-back's d-th
+        last = workload.output.op.axes[-1]
+        moved = np.zeros(inner.shape, bool)
+        if last in spatial:
+            k = spatial.index(last)
+            moved = (inner // 3 == k) & (inner < 3 * len(spatial))
+        moved &= knobs["contiguous_writeback"] & knobs["cache_write"]
+        self.wb_perm = np.argsort(moved, axis=0, kind="stable")
+        self.wb = _Part("w", np.take_along_axis(inner, self.wb_perm, axis=0))
+        parts = (self.outer, self.block, self.inner, self.wb)
         self.exts = {p.prefix: self.ext_of[p.lid, cols] for p in parts}
         self.places_of = {p.prefix: _places_of(p.lid) for p in parts}
         self.index = {ax: self._axis_index(ax) for ax in spatial + reduce}
@@ -242,7 +256,7 @@ class _CpuNest:
         affine, opaque = {}, []
         cols = np.arange(self.n)
         mine = [self.loop_id[id(ax), level] for level in coeffs]
-        for part in (self.outer, self.block, self.inner):
+        for part in (self.outer, self.block, self.inner, self.wb):
             places_of = self.places_of[part.prefix]
             places = sorted({i for loop in mine for i in places_of.get(loop, ())})
             if places:
@@ -305,6 +319,10 @@ class _CpuNest:
             for j in np.unique(at[at >= 0]):
                 var = self.block.var(j)
                 acc_terms[var] = acc_terms.get(var, 0) + np.where(at == j, strides[d], 0)
+        wb_strides = np.take_along_axis(np.asarray(strides).reshape(-1, n), self.wb_perm, axis=0) \
+            if exts else []
+        for d in range(len(wb_strides)):
+            acc_terms[self.wb.var(d)] = wb_strides[d]
         acc_idx = [(acc_terms, [])]
         ops = operands(w)
         packed = knobs["packed"]
@@ -363,7 +381,7 @@ class _CpuNest:
         block_body = (nest(self.annotate(self.inner,
                                          np.where(cache_write, 0, self.knobs["unroll"])), [init])
                       + nest(self.annotate(self.block), [update])
-                      + nest(self.annotate(self.inner, np.zeros(n, np.int64), on=_on(finish)),
+                      + nest(self.annotate(self.wb, np.zeros(n, np.int64), on=_on(finish)),
                              [writeback]))
         body = nest([("fused", self.fused_ext, KIND["parallel"])]
                     + [(self.outer.var(i), e, KIND["serial"])
@@ -374,19 +392,45 @@ class _CpuNest:
         return Nest(n, args, [bufs[t] for t in producers], [acc], stages + body)
 
     def copy_stage(self, t: te.Tensor, bufs: dict, on: np.ndarray) -> list:
-        """``lower/cpu._lower_elementwise`` for a materialised padding stage (where ``on``)."""
-        n = self.n
+        """``lower/cpu._lower_elementwise`` for a materialised padding stage (where ``on``), or
+        where ``pad_vector`` is, ``lower/cpu._lower_copy_rows``: both styles' loops in one nest,
+        each of extent 1 where its style is not the config's."""
+        n, knobs = self.n, self.knobs
         axes = [ax for ax in t.op.axes if ax.extent > 1]
-        kinds = [np.full(n, KIND["serial"]) for _ in axes]
-        if axes:
-            vec = self.knobs["vectorize"] & (axes[-1].extent <= MAX_VECTOR_LANES)
-            kinds[-1] = np.where(vec, KIND["vectorized"], kinds[-1])
-            if len(axes) > 1:
-                kinds[0] = np.where(self.knobs["parallel"] > 0, KIND["parallel"], kinds[0])
-        idx = [({f"{t.name}.{ax.name}": 1}, []) if ax.extent > 1 else ({}, [])
-               for ax in t.op.axes]
+        if not axes:
+            return nest([], [Stmt([access(bufs[t], [({}, [])] * len(t.shape), writes=1),
+                                   access(bufs[inlined_source(t)], [({}, [])] * len(t.shape),
+                                          reads=1)], on=on)])
+        rows = knobs["pad_vector"]
+        parallel = knobs["parallel"] > 0
+        *lead, row = axes
+        fused = rows & parallel & bool(lead)
+        loops, index = [], {ax: ({}, []) for ax in t.op.axes}
+        fused_var = f"{t.name}.fused"
+        loops.append((fused_var, np.where(on & fused, math.prod(ax.extent for ax in lead), 1),
+                      np.full(n, KIND["parallel"])))
+        for j, ax in enumerate(lead):
+            var = f"{t.name}.{ax.name}"
+            kind = np.where(parallel & ~rows, KIND["parallel"], KIND["serial"]) if j == 0 \
+                else np.full(n, KIND["serial"])
+            loops.append((var, np.where(on & ~fused, ax.extent, 1), kind))
+            inner = math.prod(a.extent for a in lead[j + 1:])
+            if len(lead) == 1:
+                index[ax] = ({var: np.where(fused, 0, 1), fused_var: fused.astype(np.int64)}, [])
+            else:
+                part = Mod(Div(Var(fused_var), inner), ax.extent, on=j > 0)
+                index[ax] = ({var: np.where(fused, 0, 1)}, [(1, part, fused)])
+        lanes = row_lanes(row.extent)
+        vec = knobs["vectorize"]
+        split = rows & vec & (lanes > 1)  # the row in chunks of ``lanes``, the inner vectorized
+        plain_vec = ~rows & vec & (row.extent <= MAX_VECTOR_LANES)
+        plain_kind = np.where(plain_vec, KIND["vectorized"], KIND["serial"])
+        outer_var, inner_var = f"{t.name}.{row.name}", f"{t.name}.{row.name}.1"
+        loops.append((outer_var, np.where(on, np.where(split, row.extent // lanes, row.extent), 1),
+                      plain_kind))
+        loops.append((inner_var, np.where(on & split, lanes, 1), np.full(n, KIND["vectorized"])))
+        index[row] = ({outer_var: np.where(split, lanes, 1), inner_var: np.ones(n, np.int64)}, [])
+        idx = [index[ax] for ax in t.op.axes]
         copy = Stmt([access(bufs[t], idx, writes=1), access(bufs[inlined_source(t)], idx, reads=1)],
                     on=on)
-        return nest([(f"{t.name}.{ax.name}", np.where(on, ax.extent, 1), k)
-                     for ax, k in zip(axes, kinds)], [copy])
-
+        return nest(loops, [copy])

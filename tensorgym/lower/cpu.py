@@ -83,7 +83,7 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
     block_stmt = A.seq(init, main)
     if acc is not None:
         result = epilogue_value(workload, A.Load(acc, acc_idx), out_idx, load)
-        writeback = nest(_annotate(inner_spatial, vectorize, 0),
+        writeback = nest(_annotate(_writeback_order(op, inner_spatial, v), vectorize, 0),
                          A.Store(out_buf, out_idx, result))
         block_stmt = A.Allocate(acc, A.seq(block_stmt, writeback))
     elif workload.epilogue:  # the tile's outputs are final here: the epilogue runs in place
@@ -95,6 +95,8 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
         stmt = A.For(par_var, math.prod(lp.extent for lp in fused), "parallel", stmt)
 
     stages = [_lower_elementwise(t, buffers, load, v["parallel"] > 0, vectorize)
+              if not v.get("pad_vector", 0) else
+              _lower_copy_rows(t, buffers, load, v["parallel"] > 0, vectorize)
               for t in producers if t not in inline]
     return A.Program(f"{workload.op}_kernel", tuple(buffers[t] for t in (*workload.inputs, out)),
                      tuple(buffers[t] for t in producers if t not in inline),
@@ -132,6 +134,16 @@ def _direct_dim(workload: Workload, t: te.Tensor, ax: te.IterVar) -> int:
     raise AssertionError(f"{t.name} is not read directly by {ax.name}")
 
 
+def _writeback_order(op: te.ComputeOp, inner_spatial: list[Loop], v: dict) -> list[Loop]:
+    """The accumulator's write-back loops: the register tile's order, or (``contiguous_writeback``)
+    with the output's innermost axis moved innermost (a stable sort), so that its stores are
+    contiguous whichever axis the tile's vectors hold."""
+    if not v.get("contiguous_writeback", 0):
+        return inner_spatial
+    last = op.axes[-1]
+    return sorted(inner_spatial, key=lambda lp: lp.axis is last)
+
+
 def _factors(e: A.Expr) -> tuple[A.Expr, A.Expr]:
     """The reduction body is a product of two loads (conv2d, matmul)."""
     assert isinstance(e, A.BinOp) and e.op == "*", e
@@ -165,3 +177,44 @@ def _lower_elementwise(t: te.Tensor, buffers, load, parallel: bool, vectorize: b
     if parallel and kinds:
         kinds[0] = (kinds[0][0], kinds[0][1], "parallel" if len(kinds) > 1 else kinds[0][2])
     return nest(kinds, store)
+
+
+def row_lanes(extent: int) -> int:
+    """The vector width of ``_lower_copy_rows``'s row loop: the largest divisor of the row's
+    extent that is at most ``MAX_VECTOR_LANES`` (230, C1's padded row: 46)."""
+    return max(d for d in range(1, MAX_VECTOR_LANES + 1) if extent % d == 0)
+
+
+def _lower_copy_rows(t: te.Tensor, buffers, load, parallel: bool, vectorize: bool) -> A.Stmt:
+    """A materialised producer stage (``pad_vector``) as rows: the leading axes fused into one
+    parallel loop (C1's 3 x 230 rows split evenly, where parallelising the 3 channels left one
+    thread twice the work), the innermost axis vectorized in chunks of ``row_lanes`` (its
+    padding a masked load) instead of a scalar loop once past ``MAX_VECTOR_LANES``."""
+    axes = [ax for ax in t.op.axes if ax.extent > 1]
+    index: dict[te.IterVar, A.Expr] = {ax: A.IntImm(0) for ax in t.op.axes}
+    loops: list[tuple] = []
+    *lead, row = axes or [None]
+    if lead and parallel:
+        fused = A.LoopVar(f"{t.name}.fused")
+        loops.append((fused, math.prod(ax.extent for ax in lead), "parallel"))
+        for i, ax in enumerate(lead):
+            inner = math.prod(a.extent for a in lead[i + 1:])
+            e: A.Expr = A.BinOp("//", fused, A.IntImm(inner)) if inner > 1 else fused
+            index[ax] = A.BinOp("%", e, A.IntImm(ax.extent)) if i > 0 else e
+    else:
+        for ax in lead:
+            var = A.LoopVar(f"{t.name}.{ax.name}")
+            loops.append((var, ax.extent, "serial"))
+            index[ax] = var
+    if row is not None:
+        lanes = row_lanes(row.extent) if vectorize else 1
+        outer, inner = A.LoopVar(f"{t.name}.{row.name}.0"), A.LoopVar(f"{t.name}.{row.name}.1")
+        if row.extent > lanes:
+            loops.append((outer, row.extent // lanes, "serial"))
+        if lanes > 1:
+            loops.append((inner, lanes, "vectorized"))
+        index[row] = A.add(A.mul(outer, lanes) if row.extent > lanes else A.IntImm(0),
+                           inner if lanes > 1 else A.IntImm(0))
+    store = A.Store(buffers[t], tuple(index[ax] for ax in t.op.axes),
+                    convert(t.op.body, index, load))
+    return nest(loops, store)

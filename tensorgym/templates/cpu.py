@@ -9,7 +9,13 @@ Vendor-class micro-kernels (oneDNN's, TVM's x86 conv2d) put output channels in t
 ``vector_axis`` (conv2d) chooses which axis's register-tile loop is innermost, so ``vectorize``
 makes it the vector loop (``ow``: a row of outputs, whose strided inputs are gathers; ``oc``:
 a block of output channels, each input a broadcast, the accumulator an ow x oc-block tile of
-registers with ``cache_write``). ``pack_weight`` / ``pack_b`` pre-pack that operand once, ahead
+registers with ``cache_write``). With output channels in the lanes, the accumulator's write-back
+to the NCHW output is a scatter, a store per output (on C1 most of the kernel's time);
+``contiguous_writeback`` runs that write-back with the output's innermost axis (``ow``) as its
+vector loop instead: strided reads of the small accumulator, contiguous stores to the output.
+``pad_vector`` materialises conv2d's padding as rows: the leading axes fused into the parallel
+loop, the row vectorized in chunks (else a scalar loop, parallel over the input's channels:
+3 on C1). ``pack_weight`` / ``pack_b`` pre-pack that operand once, ahead
 of time, so the register tile's block of the vector axis is contiguous: conv2d's OIHW weight
 becomes ``[O/b][I][H][W][b]``, matmul's ``B[K][N]`` becomes panels ``[N/b][K][b]``, where ``b``
 is the axis's register-tile factor (``loopast.PackedLayout``; the kernel still takes and
@@ -73,6 +79,10 @@ def cpu_space(workload: Workload, split_policy: str = "all") -> ConfigSpace:
         knobs.append(other_knob("vector_axis", list(vector_axes(workload)), added=True))
     if workload.op in PACKABLE and _extent(workload, PACKABLE[workload.op][1]) > 1:
         knobs.append(other_knob(PACKABLE[workload.op][2], [0, 1], added=True))
+    if vector_axes(workload):
+        knobs.append(other_knob("contiguous_writeback", [0, 1], added=True))
+    if workload.op == "conv2d" and workload.params[7] > 0:
+        knobs.append(other_knob("pad_vector", [0, 1], added=True))
     options = (("split_policy", split_policy),) if split_policy != "all" else ()
     return ConfigSpace(f"{workload.op}/cpu", tuple(knobs), SpaceKey(workload.key, "cpu", options))
 
@@ -134,6 +144,7 @@ def micro_kernel_values(workload: Workload, lanes: int, registers: int = 32) -> 
             # the padding materialised: inlined, every broadcast input is a masked load
             for unroll in (16, 64):
                 v = dict(base, vector_axis="oc", pack_weight=1, parallel=2, inline_pad=0,
+                         contiguous_writeback=1, pad_vector=1,
                          unroll_max_step=unroll, tile_oc=(oc // block, 1, block),
                          tile_oh=(oh, 1, 1), tile_ow=(1, ow // width, width))
                 for r in ("rc", "ry", "rx"):

@@ -104,7 +104,8 @@ def _runs(knob_rows: list[np.ndarray], how: str) -> list[tuple[int, int, int, np
 KNOB_NAMES = ("tile_b", "tile_g", "tile_oc", "tile_oh", "tile_ow", "tile_i", "tile_j",
               "tile_rc", "tile_ry", "tile_rx", "tile_rk", "reorder", "vectorize",
               "unroll_max_step", "parallel", "cache_write", "inline_pad", "vector_axis", "pack",
-              "auto_unroll_max_step", "unroll_explicit", "vec_load")
+              "auto_unroll_max_step", "unroll_explicit", "vec_load", "contiguous_writeback",
+              "pad_vector")
 ALIASES = {"pack_weight": "pack", "pack_b": "pack", "pack_w": "pack"}
 SPATIAL_LEVELS, REDUCE_LEVELS = 4, 3
 KNOB_FEATURE_NAMES = (

@@ -38,7 +38,7 @@ from .descriptor import N_DESCRIPTOR, describe
 from .encode import N_CONFIG, N_KNOB_FEATURES, EncoderCache
 from .samples import TaskSamples
 
-FEATURE_VERSION = 2  # bump when a descriptor or encoding column changes meaning
+FEATURE_VERSION = 3  # bump when a descriptor or encoding column changes meaning
 FEATURES = ("knobs", "config", "relation")
 DEFAULT_FEATURES = "knobs"
 DEFAULT_FAMILY = "xgb"
