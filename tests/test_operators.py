@@ -306,6 +306,20 @@ def test_llvm_erf_is_close_enough_for_gelu():
         assert np.abs(got - want).max() < 1e-6, kind
         gelu_error = np.abs(0.5 * data * (got - want)).max()
         assert gelu_error < 5e-7, kind
+    # past the clamp of |x| (4: the tail would be a denormal there) erf is exactly +-1, and a
+    # NaN (an output a wrong kernel never wrote) stays NaN through it
+    far = np.array([4.0, 4.5, 50.0, 1e4, -4.0, -300.0, np.nan, 3.9] * 2, np.float32)
+    i = A.LoopVar("i")
+    p = A.Program("erf_far", (x, out), (), A.For(i, 16, "vectorized", A.Store(
+        out, (i,), A.Call("erf", (A.Load(x, (i,)),)))))
+    kernel = rt.load(rt.compile(rt.render(p), p), p)
+    bufs = kernel.alloc([np.resize(far, n)])
+    kernel.time(bufs, 1)
+    got = kernel.read_output(bufs)[:16]
+    kernel.release(bufs)
+    np.testing.assert_array_equal(got[[0, 1, 2, 3]], 1.0)
+    np.testing.assert_array_equal(got[[4, 5]], -1.0)
+    assert np.isnan(got[6]) and abs(got[7] - math.erf(3.9)) < 1e-6
 
 
 # ---------------------------------------------------------------- keys through records, datasets
