@@ -223,3 +223,20 @@ def test_the_docs_show_the_tables_the_cli_prints(corpus):
 
     docs = (Path(__file__).resolve().parent.parent / "docs" / "corpus.md").read_text()
     assert markdown(corpus) in docs
+
+
+def test_every_corpus_tasks_space_fits_the_config_encodings():
+    """The raw config encoding holds MAX_KNOBS knobs and the named moves know every knob name:
+    each corpus task's space, on every target, fits both (a grouped conv2d has 17 CPU knobs;
+    when the encoding held 16, replay walks over ResNeXt's test tasks failed)."""
+    from tensorgym.dataset.world.encode import ALIASES, KNOB_NAMES
+    from tensorgym.features.config_encoding import MAX_KNOBS, ChoiceEncoder
+    from tensorgym.templates import space_for
+    from tensorgym.workloads import get_workload
+
+    for task in load_corpus().tasks:
+        for target in ("cpu", "cuda"):
+            space = space_for(get_workload(task.key), target)
+            assert len(space.knobs) <= MAX_KNOBS, (task.key, target, len(space.knobs))
+            ChoiceEncoder(space)
+            assert {ALIASES.get(k.name, k.name) for k in space.knobs} <= set(KNOB_NAMES)

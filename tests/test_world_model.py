@@ -65,7 +65,9 @@ def test_encoder_tables_are_built_once_per_space_and_indices_are_checked():
     assert cache.get(space) is cache.get(space_for(get_workload("conv2d-C6"), "cpu"))
     assert cache.get(space) is not cache.get(space_for(get_workload("conv2d-C6"), "cuda"))
     enc = ConfigEncoder(space)
-    assert enc(np.zeros(0, np.int64)).shape == (0, 80)
+    from tensorgym.features.config_encoding import N_CONFIG
+
+    assert enc(np.zeros(0, np.int64)).shape == (0, N_CONFIG)
     for bad in (np.array([-1]), np.array([space.size]), np.array([0.5])):
         with pytest.raises(InvalidConfigError):
             enc(bad)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..space import Config, ConfigSpace
 
-MAX_KNOBS = 16
+MAX_KNOBS = 20  # grouped conv2d has 17 knobs on the CPU template
 MAX_VALUES = 4
 KNOB_WIDTH = 1 + MAX_VALUES
 N_CONFIG = MAX_KNOBS * KNOB_WIDTH
