@@ -242,13 +242,22 @@ class TuningSession:
             self.space.validate(c)
         return self.measure_valid(configs)
 
+    def _recorded(self, config: Config) -> Any:
+        """The task's record of ``config`` under any spelling it was written with (a record
+        made before a knob was added lacks it), or None."""
+        for text in self.space.spellings(config):
+            rec = self.records.lookup(self.task, text)
+            if rec is not None:
+                return rec
+        return None
+
     def measure_valid(self, configs: list[Config]) -> list[MeasureResult]:
         """``measure`` of configs known to be of this space (an env's own actions)."""
         results: list[Optional[MeasureResult]] = [None] * len(configs)
         if self.use_cache and self.records is not None:
             with self.meter.time("other"):
                 for i, c in enumerate(configs):
-                    rec = self.records.lookup(self.task, c.to_json())
+                    rec = self._recorded(c)
                     if rec is not None:
                         results[i] = MeasureResult(c, rec.costs, rec.error, rec.error_msg,
                                                    self.workload.flops, rec.build_time,
@@ -320,8 +329,12 @@ class TuningSession:
                                                                       self.reference_config)
         if self._reference_seconds is None:
             cfg_json = self.reference_config.to_json()
-            cached = (self.records.reference(self.task, cfg_json)
-                      if self.records is not None else None)
+            cached = None
+            for text in (self.space.spellings(self.reference_config)
+                         if self.records is not None else ()):
+                cached = self.records.reference(self.task, text)
+                if cached is not None:
+                    break
             if cached is not None and not (math.isfinite(cached) and cached > 0):
                 cached = None  # a damaged database: measure the reference again
             if cached is None:

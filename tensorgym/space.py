@@ -257,6 +257,19 @@ class ConfigSpace:
                 f"config does not fit space {self.name}: missing {missing}, unknown {extra}")
         return self.from_choices([k.index_of(values[k.name]) for k in self.knobs])
 
+    def spellings(self, config: Config) -> list[str]:
+        """``config.to_json()``, then the JSON a tree before each added knob wrote for the same
+        config: the added knobs, in their order, dropped from the last while they hold their
+        first option (records keep the spelling they were written with)."""
+        out = [config.to_json()]
+        values = dict(config.values)
+        for knob in reversed([k for k in self.knobs if k.added]):
+            if values.get(knob.name) != knob.options[0]:
+                break
+            del values[knob.name]
+            out.append(json.dumps({"space": config.space_name, "knobs": values}, sort_keys=True))
+        return out
+
     def from_json(self, text: "str | dict") -> Config:
         try:
             obj = json.loads(text) if isinstance(text, str) else text

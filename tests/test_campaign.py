@@ -168,3 +168,42 @@ def test_configs_recorded_before_a_knob_was_added_are_not_measured_again(tmp_pat
     _, rows = configs_by_task(db)
     indices = Counter(space.from_json(r.config_json).index for r in rows)
     assert max(indices.values()) == 1, "a config was measured twice on one device"
+
+
+def test_a_session_reuses_a_record_written_before_a_knob_was_added(tmp_path):
+    """A tuning session with ``use_cache`` finds the record of a config written without the
+    knobs added since (their first options), and the reference's time, instead of measuring
+    them again."""
+    import sqlite3
+
+    from tensorgym.session import TuningSession
+    from tensorgym.templates import default_config
+    from tensorgym.workloads import get_workload
+
+    key = "conv2d:1,2,6,6,4,3,1,1"
+    db = tmp_path / "s.db"
+    ref = default_config(get_workload(key), "cpu")
+    with TuningSession(key, records=str(db), use_cache=True, num_threads=1,
+                       measure_options=FAST) as s:
+        first = s.measure([ref])[0]
+        reference = s.reference_seconds
+    assert first.ok and not first.cached
+    def as_before(text: str) -> str:  # the JSON a tensorgym before these knobs wrote
+        obj = json.loads(text)
+        for name in ("contiguous_writeback", "pad_vector"):
+            del obj["knobs"][name]
+        return json.dumps(obj, sort_keys=True)
+
+    con = sqlite3.connect(db)
+    con.create_function("as_before", 1, as_before)
+    with con:
+        for table in ("records", "references_"):
+            con.execute(f"UPDATE {table} SET config_json = as_before(config_json)")
+    con.close()
+    with TuningSession(key, records=str(db), use_cache=True, num_threads=1,
+                       measure_options=FAST) as s:
+        again = s.measure([ref])[0]
+        assert again.cached and again.costs == first.costs
+        assert s.reference_seconds == reference
+    rows, _ = configs_by_task(db)
+    assert sum(rows.values()) == 1, "the config was measured again"

@@ -187,3 +187,25 @@ def test_a_config_recorded_before_a_knob_was_added_means_its_first_option():
     assert {k: again.values[k] for k in old} == old
     with pytest.raises(InvalidConfigError):  # only added knobs may be missing
         space.from_values({k: v for k, v in old.items() if k != "reorder"})
+
+
+def test_a_config_is_looked_up_under_the_spellings_of_trees_before_its_added_knobs():
+    """``spellings``: today's JSON, then the JSON without the added knobs (in their order, from
+    the last) while they hold their first option; every spelling means the same config."""
+    import json
+
+    from tensorgym.templates import default_config, space_for
+    from tensorgym.workloads import get_workload
+
+    w = get_workload("conv2d-C6")
+    space = space_for(w, "cpu")
+    ref = default_config(w, "cpu")
+    texts = space.spellings(ref)
+    added = [k.name for k in space.knobs if k.added]
+    assert texts[0] == ref.to_json() and len(texts) == len(added) + 1
+    for i, text in enumerate(texts):
+        knobs = json.loads(text)["knobs"]
+        assert set(added) & set(knobs) == set(added[:len(added) - i])
+        assert space.from_json(text).index == ref.index
+    rows = space.from_values(dict(ref.values, pad_vector=1))
+    assert space.spellings(rows) == [rows.to_json()]  # its last added knob is not the default
