@@ -38,7 +38,7 @@ from ..session import TuningSession
 from ..task import Task
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
-from .collection import make_measurer, recorded_configs
+from .collection import is_recorded, make_measurer, recorded_configs
 
 PARTS = ("random", "agent")
 
@@ -147,7 +147,7 @@ class Campaign:
         plan = [reference] + space.sample_unique(rng, (r + 1) * self.chunk,
                                                  exclude={reference.index})
         done = self._done(w)
-        todo = [c for c in plan if c.to_json() not in done]
+        todo = [c for c in plan if not is_recorded(c, space, done)]
         batch = 4 * max(1, self.measurer.options.n_parallel or os.cpu_count() or 1)
         task = Task(w.key, self.target, self.device)
         measured = failed = 0

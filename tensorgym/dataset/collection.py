@@ -21,9 +21,10 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import registry
-from ..errors import InvalidConfigError, TensorGymError
+from ..errors import TensorGymError
 from ..measure import MeasureOptions, Measurer
 from ..records import Records
+from ..space import Config, ConfigSpace
 from ..search import ProgressBar, tune
 from ..session import TuningSession
 from ..session import make_measurer as make_session_measurer
@@ -95,17 +96,15 @@ def collect(workloads: Sequence["str | Workload"], target: str = "cpu", n_config
 
 
 def recorded_configs(records: Records, w: Workload, target: str, device: str) -> set[str]:
-    """The JSON of every config recorded for the task, as its space spells it now: a config
-    recorded before a knob was added (its JSON lacks it) means the knob's first option, so it
-    is done, not one to measure again under the longer spelling."""
-    space = space_for(w, target)
-    out = set()
-    for r in records.query(w.key, target, device):
-        try:
-            out.add(space.from_json(r.config_json).to_json())
-        except InvalidConfigError:
-            out.add(r.config_json)  # no config of today's space: it matches none of the plan
-    return out
+    """The config JSON of every record of the task, as each was written (test a config against
+    it with ``is_recorded``)."""
+    return {r.config_json for r in records.query(w.key, target, device)}
+
+
+def is_recorded(config: Config, space: ConfigSpace, done: set[str]) -> bool:
+    """Whether ``config`` is in ``done`` under any spelling it was written with
+    (``ConfigSpace.spellings``: a record made before a knob was added lacks the knob)."""
+    return not done.isdisjoint(space.spellings(config))
 
 
 def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, seed: int,
@@ -117,7 +116,7 @@ def _random(w: Workload, target: str, n: int, records: Records, m: Measurer, see
     rng = np.random.default_rng([seed, zlib.crc32(w.key.encode())])
     plan = [reference] + space.sample_unique(rng, n, exclude={reference.index})
     done = recorded_configs(records, w, target, device)
-    todo = [c for c in plan if c.to_json() not in done]
+    todo = [c for c in plan if not is_recorded(c, space, done)]
     batch = batch_size or 4 * max(1, m.options.n_parallel or _cores())
     failures = 0
     bar = _bar(progress, len(todo), f"random {w.label}")

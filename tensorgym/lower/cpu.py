@@ -41,10 +41,8 @@ def lower_cpu(workload: Workload, config: Config) -> A.Program:
     value: dict[A.LoopVar, A.Expr] = {}
     fused = order[:n_par]
     par_var = A.LoopVar("fused") if n_par else None
-    for i, lp in enumerate(fused):
-        inner = math.prod(f.extent for f in fused[i + 1:])
-        e: A.Expr = A.BinOp("//", par_var, A.IntImm(inner)) if inner > 1 else par_var
-        value[lp.var] = A.BinOp("%", e, A.IntImm(lp.extent)) if i > 0 else e
+    for lp, e in zip(fused, _unfused(par_var, [lp.extent for lp in fused])):
+        value[lp.var] = e
     rest = order[n_par:]
 
     def index_of(ax: te.IterVar) -> A.Expr:
@@ -144,6 +142,16 @@ def _writeback_order(op: te.ComputeOp, inner_spatial: list[Loop], v: dict) -> li
     return sorted(inner_spatial, key=lambda lp: lp.axis is last)
 
 
+def _unfused(var: A.LoopVar, extents: list[int]) -> list[A.Expr]:
+    """The index of each loop fused into ``var`` (outermost first): div/mod of it."""
+    out = []
+    for i, extent in enumerate(extents):
+        inner = math.prod(extents[i + 1:])
+        e: A.Expr = A.BinOp("//", var, A.IntImm(inner)) if inner > 1 else var
+        out.append(A.BinOp("%", e, A.IntImm(extent)) if i > 0 else e)
+    return out
+
+
 def _factors(e: A.Expr) -> tuple[A.Expr, A.Expr]:
     """The reduction body is a product of two loads (conv2d, matmul)."""
     assert isinstance(e, A.BinOp) and e.op == "*", e
@@ -197,10 +205,7 @@ def _lower_copy_rows(t: te.Tensor, buffers, load, parallel: bool, vectorize: boo
     if lead and parallel:
         fused = A.LoopVar(f"{t.name}.fused")
         loops.append((fused, math.prod(ax.extent for ax in lead), "parallel"))
-        for i, ax in enumerate(lead):
-            inner = math.prod(a.extent for a in lead[i + 1:])
-            e: A.Expr = A.BinOp("//", fused, A.IntImm(inner)) if inner > 1 else fused
-            index[ax] = A.BinOp("%", e, A.IntImm(ax.extent)) if i > 0 else e
+        index.update(zip(lead, _unfused(fused, [ax.extent for ax in lead])))
     else:
         for ax in lead:
             var = A.LoopVar(f"{t.name}.{ax.name}")
