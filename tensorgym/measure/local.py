@@ -301,6 +301,8 @@ class LocalMeasurer(MeasurerDefaults):
                                  **common)
         r, window = self._time(workload, b, opts)
         extra["timed"] = window  # (start, end) wall clock with the device to itself
+        if r.first:
+            extra["first_run"] = r.first  # the cold, checked run: no sample (worker.COLD_MARGIN)
         return MeasureResult(costs=r.costs, error=r.error, error_msg=r.error_msg,
                              run_time=r.run_time, early_stop=r.early_stop,
                              unchecked=r.unchecked, extra=extra, **common)

@@ -90,6 +90,7 @@ class RunResult:
     suspect: bool = False  # the job may have damaged the worker process: restart it
     early_stop: bool = False  # timing stopped once the kernel was surely slower than the bound
     unchecked: bool = False  # stopped during its first run: a lower bound, never compared
+    first: float = 0.0  # seconds of the checked first run, cold (0: not taken); never a sample
 
     @property
     def ok(self) -> bool:

@@ -71,12 +71,14 @@ class Reference:
         return self._cache[workload.key]
 
 
-# A kernel's checked first run is cold (freshly mapped buffers, parked pool threads). Measured on
-# a 2-core znver4 with random configs of matmul (32^3 to 256^3) and conv2d C1/C6, 1 and 2
-# threads: first runs of a millisecond or more took at most 1.5x their warm median, runs of
-# microseconds up to 40x (a fixed cost of tens of microseconds). So the first run alone stops a
-# kernel only past COLD_MARGIN x the bound, and only once it lasts a sample's length
-# (``min_repeat_ms``): a shorter one saves little by stopping.
+# A kernel's checked first run is cold (freshly mapped buffers, parked pool threads, a core still
+# busy with the builds). Measured on a 2-core znver4 with random configs of matmul (32^3 to 256^3)
+# and conv2d C1/C6, 1 and 2 threads: first runs of a millisecond or more took at most 1.5x their
+# warm median, runs of microseconds up to 40x (a fixed cost of tens of microseconds); on a 2-vCPU
+# Emerald Rapids during a dataset collection, 60-microsecond depthwise kernels' first runs took
+# 6-15 ms (a scheduler slice), and 14,083 records held that cold run as their only sample (and
+# others, samples of a run or two sized by it). So one warm run sizes the samples and alone may
+# stop the kernel: past COLD_MARGIN x the bound, once it lasts a sample's length.
 COLD_MARGIN = 2.0
 # A first run that outlasts its bound that way is stopped from outside once it has run this long:
 # stopping it kills the worker, and a new one takes ~0.25 s to start (imports, inputs), or a few
@@ -85,10 +87,11 @@ COLD_MARGIN = 2.0
 KILL_AFTER_S = {"spawn": 0.25, "fork": 0.05}
 
 
-def cold_run_lost(first: float, opts) -> bool:
-    """Whether the checked first run alone shows the kernel surely slower than the bound."""
-    return (opts.stop_slower_than > 0 and first > COLD_MARGIN * opts.stop_slower_than
-            and first >= opts.min_repeat_ms / 1e3)
+def one_run_lost(seconds: float, opts) -> bool:
+    """Whether one warm run of ``seconds``, a sample's length, alone shows the kernel surely
+    slower than the bound."""
+    return (opts.stop_slower_than > 0 and seconds > COLD_MARGIN * opts.stop_slower_than
+            and seconds >= opts.min_repeat_ms / 1e3)
 
 
 def contends(fastest: float, opts) -> bool:
@@ -103,7 +106,7 @@ def contends(fastest: float, opts) -> bool:
 
 def first_run_limit(opts, start: str = "spawn") -> float:
     """Seconds after which the parent stops a kernel's first run by killing the worker (0:
-    never): past the bound by COLD_MARGIN, as ``cold_run_lost``, and past KILL_AFTER_S of how
+    never): past the bound by COLD_MARGIN, as ``one_run_lost``, and past KILL_AFTER_S of how
     a new worker starts (``start``), since a new worker costs about that much; never with
     ``stop_first_run`` off."""
     if opts.stop_slower_than <= 0 or not getattr(opts, "stop_first_run", True):
@@ -149,16 +152,18 @@ def run_job(runtime, reference: Reference, workload, program, binary, opts,
                             f"max relative error {err:.3g} > {tolerance(workload):.3g}"
                             + (f"; {unwritten} of {out.size} outputs never written (NaN)"
                                if unwritten else ""))
-        if cold_run_lost(first, opts):
-            return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0,
-                             early_stop=True)
         if first >= opts.slow_run_s:  # hopeless for a tuner: don't spend seconds more on it
-            return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0)
-        number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-7)))
+            return RunResult(costs=(first,), number=1, run_time=time.perf_counter() - t0,
+                             early_stop=one_run_lost(first, opts), first=first)
+        one = kernel.time(bufs, 1)  # warm: it sizes the samples, and may stop the kernel
+        if one_run_lost(one, opts):
+            return RunResult(costs=(one,), number=1, run_time=time.perf_counter() - t0,
+                             early_stop=True, first=first)
+        number = opts.number or max(1, math.ceil(opts.min_repeat_ms / 1e3 / max(one, 1e-7)))
         costs, early = sample(number)
         return guards("timed runs") or RunResult(costs=tuple(costs), number=number,
                                                  run_time=time.perf_counter() - t0,
-                                                 early_stop=early)
+                                                 early_stop=early, first=first)
 
     def sample(number: int) -> tuple[list[float], bool]:
         """``repeat`` samples, more (up to ``max_repeat``) while their spread exceeds
