@@ -70,7 +70,7 @@ _COLUMNS_V1 = _COLUMNS.replace(", options", ", '' AS options")
 #: ``MeasureResult`` flags kept in a record's options where set (``drift``: where not None)
 RESULT_FLAGS = ("early_stop", "unchecked", "confirmed", "drift")
 #: ``MeasureResult.extra`` entries kept there too (JSON-serializable, about the result)
-RESULT_EXTRA = ("compile_cache", "compile", "same_kernel_as", "screened_costs")
+RESULT_EXTRA = ("compile_cache", "compile", "same_kernel_as", "screened_costs", "first_run")
 #: ``MeasureResult.source`` of results that are not measurements: they are never written
 NOT_MEASURED = ("recorded", "surrogate")
 
@@ -107,6 +107,26 @@ class Record:
         s = sorted(self.costs)
         n = len(s)
         return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+    @property
+    def cold_only(self) -> bool:
+        """Whether the record's only sample may be the kernel's cold first run: stopped early
+        on one run of a sample's length, by a tree before that run was timed again warm (its
+        result keeps no ``first_run``). Such a time can read 30-100x too slow (a 60-us kernel's
+        first run waited out a scheduler slice), so it is no measurement of the kernel: a
+        world model and replay leave it out; ``tensorgym dataset remeasure`` times it again."""
+        if not (self.ok and len(self.costs) == 1 and self.options):
+            return False
+        try:
+            opts = json.loads(self.options)
+        except ValueError:
+            return False
+        result = opts.get("result") if isinstance(opts, dict) else None
+        if not isinstance(result, dict) or not result.get("early_stop") or "first_run" in result:
+            return False
+        measurer = opts.get("measurer")
+        min_ms = measurer.get("min_repeat_ms", 5.0) if isinstance(measurer, dict) else 5.0
+        return self.costs[0] >= float(min_ms or 0.0) / 1e3
 
 
 class Records:
@@ -336,21 +356,21 @@ class Records:
 
     def lookup(self, task: Task, config_json: str) -> Optional[Record]:
         """The latest usable record of this exact config of ``task``, if any (to serve a
-        re-measurement)."""
+        re-measurement); a cold-only one (``Record.cold_only``) is no measurement."""
         rows = self._read(f"SELECT {self._columns} FROM records WHERE workload_key = ? AND "
                           "target = ? AND device = ? AND config_json = ? ORDER BY id DESC",
                           (task.workload, task.target, task.device, config_json))
-        recs = self._records(rows)
+        recs = [r for r in self._records(rows) if not r.cold_only]
         return recs[0] if recs else None
 
     def results(self, task: Task, space: Any) -> list[MeasureResult]:
         """Every config of ``space`` measured for ``task``, once each (its latest usable
         record), as ``MeasureResult(cached=True)`` in the order they were first measured: what
-        a new tuning session of this task can reuse."""
+        a new tuning session of this task can reuse. Cold-only records are no measurements."""
         out: dict[int, MeasureResult] = {}
         flops = self._workload_flops(task.workload)  # known: query keeps only such records
         for rec in self.query(task.workload, task.target, task.device):
-            if rec.space_name != space.name:
+            if rec.space_name != space.name or rec.cold_only:
                 continue
             try:
                 config = space.from_json(rec.config_json)

@@ -1,5 +1,5 @@
-"""``tensorgym dataset collect | export | import | info | fit-world | evaluate`` (registered
-by ``tensorgym/cli.py``)."""
+"""``tensorgym dataset collect | remeasure | export | import | info | fit-world | evaluate``
+(registered by ``tensorgym/cli.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +46,21 @@ def add_parser(sub: Any, positive: Any, non_negative: Any) -> None:
                    "default 10)")
     c.add_argument("--no-progress", action="store_true")
     c.add_argument("--json", action="store_true", help="print one JSON object per workload")
+    r = dsub.add_parser("remeasure", help="time again the configs whose records hold only a "
+                        "kernel's cold first run (Record.cold_only), on this machine's device; "
+                        "resumable")
+    r.add_argument("--db", required=True, help="records database to read and write")
+    r.add_argument("--suite", help="only the tasks of this leaderboard suite")
+    r.add_argument("--target", default="cpu")
+    r.add_argument("--time-budget", metavar="DURATION", help="stop after this long (2h, 90m, "
+                   "seconds; default: until done)")
+    r.add_argument("--threads", type=non_negative, default=0,
+                   help="CPU threads of the kernels' parallel loops (default: all cores; the "
+                   "records' device says how many they had)")
+    r.add_argument("--early-stop", type=float, default=4.0, metavar="RATIO",
+                   help="stop timing a kernel surely RATIO x slower than the task's best")
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--json", action="store_true")
     e = dsub.add_parser("export", help="write a records database as Parquet or JSON lines")
     e.add_argument("--db", required=True)
     e.add_argument("--out", required=True, help="FILE.parquet or FILE.jsonl")
@@ -66,6 +81,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
     if args.action == "collect":
         return _collect(args)
+    if args.action == "remeasure":
+        return _remeasure(args)
     if args.action in ("fit-world", "evaluate"):
         from .world.cli import cmd_world
 
@@ -157,6 +174,29 @@ def _campaign(args: argparse.Namespace) -> int:
               f"{' until the budget ran out' if report.stopped_by_budget else ''}; "
               f"{sum(report.per_task.values())} records over {covered} of "
               f"{len(report.per_task)} tasks in {args.db}")
+    return 0
+
+
+def _remeasure(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .campaign import parse_duration
+    from .remeasure import remeasure
+
+    works = None
+    if args.suite is not None:
+        works = [w for w, t in args.suite_object.tasks if t == args.target]
+    budget = parse_duration(args.time_budget) if args.time_budget else 0.0
+    report = remeasure(args.db, args.target, works, budget, threads=args.threads,
+                       early_stop=args.early_stop, progress=not (args.no_progress or args.json))
+    if args.json:
+        print(json.dumps({**asdict(report), "records_per_second": report.records_per_second}))
+        return 0
+    print(f"remeasured on {report.device}: {report.measured} configs ({report.failures} "
+          f"failed) in {report.seconds:.0f} s, {report.records_per_second:.2f} records/s, "
+          f"over {len(report.per_task)} tasks; {report.left} left (budget)"
+          + (f"; {report.other_devices} cold-only configs of other devices (measure them on "
+             "their machines)" if report.other_devices else ""))
     return 0
 
 

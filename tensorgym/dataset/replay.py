@@ -15,6 +15,9 @@ is a miss, answered as ``on_miss`` says:
   common failure; a task the dataset has no record of is answered entirely by it;
 - ``measure``: measured on this machine, which must be the dataset's device.
 
+A record whose only sample may be a kernel's cold first run (``Record.cold_only``) is no
+measurement: it is left out, so its config is a miss unless another record holds it.
+
 ``source`` of every result is ``recorded``, ``surrogate`` (nearest and surrogate
 answers: not a measurement of this config) or ``measured``; recorded and surrogate answers are
 ``cached`` (nothing was measured now) and a records database refuses to store them as
@@ -344,8 +347,11 @@ class ReplayMeasurer(MeasurerDefaults):
         samples: list[list[_Sample]] = []
         index_of: dict[int, int] = {}
         parsed: dict[str, Optional[Config]] = {}
-        skipped = 0
+        skipped = cold = 0
         for r in recs:
+            if r.cold_only:  # no measurement of the kernel (Record.cold_only)
+                cold += 1
+                continue
             if r.config_json not in parsed:
                 try:
                     parsed[r.config_json] = (space.from_json(r.config_json)
@@ -367,6 +373,11 @@ class ReplayMeasurer(MeasurerDefaults):
             warnings.warn(f"replay: {skipped} records of {workload.label} in "
                           f"{self.dataset.path} are not configs of today's space {space.label} "
                           "(the template changed since they were collected); left out",
+                          stacklevel=3)
+        if cold:
+            warnings.warn(f"replay: {cold} records of {workload.label} in {self.dataset.path} "
+                          "hold only a cold first run, no measurement: left out (time them "
+                          "again with `tensorgym dataset remeasure --db DB` on their device)",
                           stacklevel=3)
         if not configs and self.on_miss != "surrogate":
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "

@@ -9,7 +9,9 @@ task, with its three targets, and the train/test split of tasks.
   at least ``MIN_NOISE_SAMPLES`` samples; the median over the config's records; NaN without one.
 
 Records whose config is not one of today's space (the template changed since) are left out, and
-counted. Nothing is invented: a config without a successful record has no time.
+counted. So is the time of a record whose only sample may be the kernel's cold first run
+(``Record.cold_only``; it counts as a success for the failure target). Nothing is invented: a
+config without a timed successful record has no time.
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def task_samples(data: Dataset, device: Optional[str] = None,
     device = pick_device(data, device)
     test = set(test_keys)
     out: list[TaskSamples] = []
-    skipped = 0
+    skipped = cold = 0
     for task, recs in data.by_task.items():
         if task.device != device:
             continue
@@ -110,6 +112,9 @@ def task_samples(data: Dataset, device: Optional[str] = None,
         for i, rs in enumerate(by_config.values()):
             ok = [r for r in rs if r.ok]
             fail[i] = 1.0 - len(ok) / len(rs)
+            timed = [r for r in ok if not r.cold_only]
+            cold += len(ok) - len(timed)
+            ok = timed
             if ok:
                 seconds[i] = statistics.median(r.median for r in ok)
                 cvs = [spread(r.costs) for r in ok if len(r.costs) >= MIN_NOISE_SAMPLES]
@@ -120,6 +125,11 @@ def task_samples(data: Dataset, device: Optional[str] = None,
     if skipped:
         warnings.warn(f"world model: {skipped} records of {data.path} are not configs of "
                       "today's spaces (or of no known workload); left out", stacklevel=2)
+    if cold:
+        warnings.warn(f"world model: {cold} records of {data.path} hold only a cold first run "
+                      "(measured before it was timed again warm): their times are left out; "
+                      "time them again with `tensorgym dataset remeasure --db DB` on their "
+                      "device", stacklevel=2)
     if not out:
         raise DatasetError(f"dataset {data.path or '(in memory)'} has no usable records on "
                            f"{device}")
