@@ -45,6 +45,7 @@ def load_source_data(records, sources: Sequence, target: str, mode: str = "relat
     Throughput is normalized per workload (gflops / that workload's best; failures 0), so
     workloads of different speeds share one scale. ``exclude_key`` (the tuned workload) is left
     out: the global model must come from other workloads. ``max_samples`` keeps a random subset.
+    Records of a cold first run only (``Record.cold_only``) are no measurements: left out.
     """
     target = canonical_target(target)
     rng = rng or np.random.default_rng(0)
@@ -58,6 +59,8 @@ def load_source_data(records, sources: Sequence, target: str, mode: str = "relat
         space = space_for(workload, target)
         best: dict[int, tuple[object, float]] = {}  # config index -> (config, best gflops)
         for rec in records.query(workload_key=workload.key, target=target, device=device):
+            if rec.cold_only:  # no measurement of the kernel (Record.cold_only)
+                continue
             try:
                 config = space.from_json(rec.config_json)
             except InvalidConfigError:
