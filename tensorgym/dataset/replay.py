@@ -347,11 +347,9 @@ class ReplayMeasurer(MeasurerDefaults):
         samples: list[list[_Sample]] = []
         index_of: dict[int, int] = {}
         parsed: dict[str, Optional[Config]] = {}
-        skipped = cold = 0
+        skipped = 0
+        cold: set[int] = set()
         for r in recs:
-            if r.cold_only:  # no measurement of the kernel (Record.cold_only)
-                cold += 1
-                continue
             if r.config_json not in parsed:
                 try:
                     parsed[r.config_json] = (space.from_json(r.config_json)
@@ -361,6 +359,9 @@ class ReplayMeasurer(MeasurerDefaults):
             c = parsed[r.config_json]
             if c is None:
                 skipped += 1
+                continue
+            if r.cold_only:  # no measurement of the kernel (Record.cold_only)
+                cold.add(c.index)
                 continue
             s = _Sample(tuple(r.costs), r.error, r.error_msg, r.build_time, r.run_time,
                         r.timestamp)
@@ -374,11 +375,12 @@ class ReplayMeasurer(MeasurerDefaults):
                           f"{self.dataset.path} are not configs of today's space {space.label} "
                           "(the template changed since they were collected); left out",
                           stacklevel=3)
+        cold -= set(index_of)
         if cold:
-            warnings.warn(f"replay: {cold} records of {workload.label} in {self.dataset.path} "
-                          "hold only a cold first run, no measurement: left out (time them "
-                          "again with `tensorgym dataset remeasure --db DB` on their device)",
-                          stacklevel=3)
+            warnings.warn(f"replay: {len(cold)} configs of {workload.label} in "
+                          f"{self.dataset.path} have only records of a cold first run, no "
+                          "measurement: they are misses (time them again with `tensorgym "
+                          "dataset remeasure --db DB` on their device)", stacklevel=3)
         if not configs and self.on_miss != "surrogate":
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
                                f"{workload.label} on {self.device}")

@@ -113,7 +113,7 @@ def task_samples(data: Dataset, device: Optional[str] = None,
             ok = [r for r in rs if r.ok]
             fail[i] = 1.0 - len(ok) / len(rs)
             timed = [r for r in ok if not r.cold_only]
-            cold += len(ok) - len(timed)
+            cold += bool(ok) and not timed  # a config left without a time
             ok = timed
             if ok:
                 seconds[i] = statistics.median(r.median for r in ok)
@@ -126,8 +126,8 @@ def task_samples(data: Dataset, device: Optional[str] = None,
         warnings.warn(f"world model: {skipped} records of {data.path} are not configs of "
                       "today's spaces (or of no known workload); left out", stacklevel=2)
     if cold:
-        warnings.warn(f"world model: {cold} records of {data.path} hold only a cold first run "
-                      "(measured before it was timed again warm): their times are left out; "
+        warnings.warn(f"world model: {cold} configs in {data.path} have only records of a "
+                      "cold first run (measured before it was timed again warm), so no time; "
                       "time them again with `tensorgym dataset remeasure --db DB` on their "
                       "device", stacklevel=2)
     if not out:
