@@ -38,7 +38,8 @@ from ..session import TuningSession
 from ..task import Task
 from ..templates import canonical_target, default_config, space_for
 from ..workloads import Workload, get_workload
-from .collection import is_recorded, make_measurer, recorded_configs
+from .collection import (batch_options, is_recorded, make_measurer, recorded_configs,
+                         task_bound)
 
 PARTS = ("random", "agent")
 
@@ -155,8 +156,7 @@ class Campaign:
             if time.monotonic() >= deadline:
                 break
             opts = self._options("random")
-            best = self.records.best(w.key, self.target, self.device)
-            bound = self.early_stop * best[0].median if self.early_stop and best else 0.0
+            bound = task_bound(self.records, task, self.early_stop)
             results = self.measurer.measure(w, todo[i:i + batch], stop_slower_than=bound,
                                             early_stop=self.early_stop)
             self.records.add_many(task, results, options=opts, workload=w)
@@ -212,10 +212,9 @@ class Campaign:
 
     def _options(self, part: str) -> dict:
         tag = "random" if part == "random" else f"agent:{self.agent}"
-        return {"measurer": self.measurer.describe(), "runtime": dict(self.measurer.runtime_kwargs),
-                "collect": {"strategy": tag, "seed": self.seed, "campaign": True,
-                            "chunk": self.chunk, "early_stop": self.early_stop,
-                            "load": [round(x, 2) for x in os.getloadavg()]}}
+        return batch_options(self.measurer, {"strategy": tag, "seed": self.seed,
+                                             "campaign": True, "chunk": self.chunk,
+                                             "early_stop": self.early_stop})
 
     def close(self) -> None:
         if self._own_measurer:

@@ -60,6 +60,20 @@ def make_measurer(target: str, threads: int = 0, ray: "str | bool | None" = None
     return make_session_measurer(target, options=options, num_threads=threads, ray=ray)
 
 
+def task_bound(records: Records, task: Task, early_stop: float) -> float:
+    """The early-stop bound of a batch of ``task``: ``early_stop`` x the median of its best
+    record on the task's device (0: early stop off, or no record yet)."""
+    best = records.best(task.workload, task.target, task.device)
+    return early_stop * best[0].median if early_stop and best else 0.0
+
+
+def batch_options(measurer: Measurer, collect: dict) -> dict:
+    """A collected batch's record options: how it was measured and ``collect``, with the
+    machine's 1, 5 and 15-minute load averages as the batch started."""
+    return {"measurer": measurer.describe(), "runtime": dict(measurer.runtime_kwargs),
+            "collect": {**collect, "load": [round(x, 2) for x in os.getloadavg()]}}
+
+
 def collect(workloads: Sequence["str | Workload"], target: str = "cpu", n_configs: int = 100,
             strategy: str = "random", db: "str | os.PathLike | Records | None" = None,
             threads: int = 0, seed: int = 0, ray: "str | bool | None" = None,

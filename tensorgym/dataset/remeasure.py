@@ -28,7 +28,7 @@ from ..space import Config
 from ..task import Task
 from ..templates import canonical_target, space_for
 from ..workloads import get_workload
-from .collection import make_measurer
+from .collection import batch_options, make_measurer, task_bound
 
 STRATEGY = "remeasure"
 
@@ -121,12 +121,13 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
                     if time_budget and time.monotonic() - t0 >= time_budget:
                         report.left += len(configs) - i
                         break
-                    best = records.best(w.key, target, measurer.device)
-                    bound = early_stop * best[0].median if early_stop and best else 0.0
-                    results = measurer.measure(w, configs[i:i + batch], stop_slower_than=bound,
+                    results = measurer.measure(w, configs[i:i + batch],
+                                               stop_slower_than=task_bound(records, task,
+                                                                           early_stop),
                                                early_stop=early_stop)
-                    records.add_many(task, results, options=_options(measurer, early_stop),
-                                     workload=w)
+                    options = batch_options(measurer, {"strategy": STRATEGY,
+                                                       "early_stop": early_stop})
+                    records.add_many(task, results, options=options, workload=w)
                     report.measured += len(results)
                     report.failures += sum(not r.ok for r in results)
                     report.per_task[key] = report.per_task.get(key, 0) + len(results)
@@ -138,12 +139,6 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
             records.close()
         report.seconds = time.monotonic() - t0
     return report
-
-
-def _options(measurer, early_stop: float) -> dict:
-    return {"measurer": measurer.describe(), "runtime": dict(measurer.runtime_kwargs),
-            "collect": {"strategy": STRATEGY, "early_stop": early_stop,
-                        "load": [round(x, 2) for x in os.getloadavg()]}}
 
 
 __all__ = ["RemeasureReport", "STRATEGY", "cold_configs", "remeasure"]
