@@ -34,6 +34,11 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     report = cm.tensorgym_report
     check = output_check(cm, model, x)
     fns = {"tensorgym": lambda: cm(x), "eager": lambda: model(x)}
+    if report.pools:  # what the separable max pools buy, side by side
+        from .pool import with_pytorch_pools
+
+        plain = with_pytorch_pools(cm)
+        fns["tensorgym, PyTorch's pools"] = lambda: plain(x)
     ind, why = (None, "left out (--no-inductor)") if args.no_inductor else inductor(model, x)
     if ind is not None:
         fns["inductor"] = lambda: ind(x)

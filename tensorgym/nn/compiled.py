@@ -35,7 +35,8 @@ class CompileWarning(UserWarning):
 
 
 def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str = "cpu", *,
-            options: Optional[MeasureOptions] = None, name: str = "") -> Any:
+            options: Optional[MeasureOptions] = None, name: str = "",
+            fast_pools: bool = True) -> Any:
     """``model`` (an ``nn.Module``, put in eval mode) with its tuned operators replaced by
     tensorgym kernels: a ``torch.fx.GraphModule`` taking ``example_input``'s shapes, with
     ``tensorgym_report`` (a ``CompileReport``). ``db``: the records database of a tune
@@ -71,6 +72,10 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
                 state.one(records, node, task, walk.chains.get(node, []), f"_tensorgym_{i}")
     finally:
         state.close()
+    if fast_pools:
+        from .pool import fast_pools as rewrite_pools
+
+        report.pools = rewrite_pools(gm)
     drop_unused_constants(gm)
     gm.graph.lint()
     gm.recompile()

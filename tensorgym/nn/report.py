@@ -33,6 +33,7 @@ class CompileReport:
     openmp: str  # the libgomp the kernels call (torch's copy)
     replaced: list[ReplacedNode] = field(default_factory=list)
     kept: list[KeptNode] = field(default_factory=list)
+    pools: list[str] = field(default_factory=list)  # max pools run as a separable max (nn.pool)
 
     def summary(self) -> str:
         return (f"{self.model} on {self.device}: {len(self.replaced)} operator nodes run "
@@ -44,6 +45,8 @@ class CompileReport:
         lines += [f"| {r.node} | `{r.key}` | config {r.config_index}, {r.kernel_ms:.4f} ms, "
                   f"{r.sha256[:12]} | {r.note or '-'} |" for r in self.replaced]
         lines += [f"| {k.node} | `{k.key}` | PyTorch | {k.reason} |" for k in self.kept]
+        lines += [f"| {p} | max_pool2d | PyTorch ops | a separable max (nn.pool) |"
+                  for p in self.pools]
         return "\n".join(lines) + "\n"
 
     def __str__(self) -> str:
