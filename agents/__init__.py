@@ -92,7 +92,9 @@ registry.register("ppo-pretrained", _edit_agent, (
     Option("policy", str, None, "a saved edit policy (.npz; default: the shipped one, "
            "agents/weights/ppo-pretrained-cpu.npz)"),
     Option("target", str, "cpu", "the target the policy was trained on"),
-    Option("batch_size", int, 4, "the most configs asked at once")),
+    Option("batch_size", int, 4, "the most configs asked at once"),
+    Option("seeds", int, 8, "seed schedules measured first (the reference tuner's warm start); "
+           "1: the reference schedule alone, as the policy was trained")),
     "a hill climb whose moves come from an edit policy learned by MaskablePPO on the corpus's "
     "train tasks on replay (agents/edit_policy.py; numpy only)")
 

@@ -1,8 +1,10 @@
 """``ppo-pretrained``: a search agent whose proposals come from the edit policy learned across the
 corpus's train tasks on replay (``edit_policy.py``), run with numpy alone.
 
-A hill climb with a learned proposal, as the policy was trained: the first proposal is the
-task's reference schedule (``templates.default_config``); each later ask applies moves sampled
+A hill climb with a learned proposal: the first proposals are the template's seed schedules
+(``templates.seeds.seed_configs``: the reference schedule, then up to ``seeds - 1`` hand-derived
+ones; the reference tuner's warm start measures the same ones first), or the reference schedule
+alone with ``seeds=1`` (as the policy was trained); each later ask applies moves sampled
 from the policy (the masked softmax over ``named_moves.MOVE_SLOTS``, from a ``seed``-ed
 generator) to the best schedule measured so far, several distinct moves per ask when asked for
 several configs. It never proposes a config measured (or proposed) before: the mask leaves
@@ -26,7 +28,7 @@ from tensorgym.hardware.target import get_target
 from tensorgym.measure.result import MeasureResult
 from tensorgym.search import SearchStrategy
 from tensorgym.space import Config, ConfigSpace
-from tensorgym.templates import default_config
+from tensorgym.templates.seeds import seed_configs
 from tensorgym.workloads import get_workload
 
 from .edit_policy import NumpyPolicy, default_policy_path, load_policy
@@ -36,14 +38,19 @@ RANDOM_TRIES = 64  # random configs drawn to find an unmeasured one before givin
 
 class EditPolicyAgent(SearchStrategy):
     """See the module docstring. ``policy``: the path of a saved policy (default: the shipped
-    one of ``target``); ``batch_size``: the most configs asked at once."""
+    one of ``target``); ``batch_size``: the most configs asked at once (the seeds first, up to
+    that many per ask); ``seeds``: how many seed schedules come first (1: the reference
+    schedule alone)."""
 
     name = "ppo-pretrained"
 
     def __init__(self, policy: Optional[str] = None, target: str = "cpu",
-                 batch_size: int = 4) -> None:
+                 batch_size: int = 4, seeds: int = 8) -> None:
         if batch_size < 1:
             raise TensorGymError(f"batch_size must be >= 1, got {batch_size}")
+        if seeds < 1:
+            raise TensorGymError(f"seeds must be >= 1, got {seeds}")
+        self.seeds = int(seeds)
         self.policy: NumpyPolicy = load_policy(policy or default_policy_path(target))
         self.target = target
         self.batch_size = int(batch_size)
@@ -68,7 +75,8 @@ class EditPolicyAgent(SearchStrategy):
         self.space = space
         self.moves = NamedMoves(workload, self.target, space)
         self.rng = np.random.default_rng(seed)
-        self.reference = default_config(workload, self.target)
+        self.start = seed_configs(workload, self.target, max_seeds=self.seeds)
+        self.reference = self.start[0]
         self.reference_seconds: Optional[float] = None
         self.best: Optional[MeasureResult] = None
         self.measured: set[int] = set()
@@ -76,9 +84,10 @@ class EditPolicyAgent(SearchStrategy):
         self.fallbacks = {"neighbour": 0, "random": 0}
 
     def ask(self, n: int) -> list[Config]:
-        if self.reference.index not in self.measured:
-            self.measured.add(self.reference.index)
-            return [self.reference]
+        start = [c for c in self.start if c.index not in self.measured][:n]
+        if start:
+            self.measured.update(c.index for c in start)
+            return start
         base = self.best.config if self.best is not None else self.reference
         current = np.array(base.choices, np.int64)
         mask = self._unmeasured(current, self.moves.masks(current))
@@ -104,10 +113,14 @@ class EditPolicyAgent(SearchStrategy):
                 self.reference_seconds = r.median
             if r.ok and (self.best is None or r.median < self.best.median):
                 self.best = r
-            if r.config.index != self.reference.index:
+            if r.config.index not in self._start_indices:
                 self.moves_made += 1
 
     # ---------------------------------------------------------------- internals
+
+    @property
+    def _start_indices(self) -> set[int]:
+        return {c.index for c in self.start}
 
     def _observe(self, current: np.ndarray) -> np.ndarray:
         gain = 0.0

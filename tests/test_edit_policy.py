@@ -229,6 +229,10 @@ def test_the_agent_tunes_through_search_tune_deterministically(data, world, tmp_
             env.close()
         runs.append([r.config.index for r in results])
         assert results[0].config.index == agent.reference.index
+        # the template's seeds first, as the reference tuner's warm start measures them
+        starts = [c.index for c in agent.start]
+        assert 1 < len(starts) <= 8 and runs[-1][:len(starts)] == starts
+        assert agent.moves_made == 12 - len(starts)
         assert len(set(runs[-1])) == len(results) == 12
         assert agent.best.median == min(r.median for r in results if r.ok)
     assert runs[0] == runs[1]
@@ -237,7 +241,7 @@ def test_the_agent_tunes_through_search_tune_deterministically(data, world, tmp_
 def test_the_agent_falls_back_when_the_policy_has_no_move(data, world, tmp_path, monkeypatch):
     from tensorgym.agents.edit_agent import EditPolicyAgent
 
-    agent = EditPolicyAgent(policy=str(random_policy(tmp_path)), batch_size=4)
+    agent = EditPolicyAgent(policy=str(random_policy(tmp_path)), batch_size=4, seeds=1)
     # no named move anywhere: every proposal after the reference is a fallback
     monkeypatch.setattr(NamedMoves, "masks", lambda self, c: np.zeros(N_SLOTS, bool))
     env = replay_env(data, world, TASKS[0])
@@ -247,6 +251,11 @@ def test_the_agent_falls_back_when_the_policy_has_no_move(data, world, tmp_path,
         env.close()
     assert len({r.config.index for r in results}) == 6
     assert agent.fallbacks["neighbour"] + agent.fallbacks["random"] == 5
+
+
+def test_the_agent_refuses_no_seed(tmp_path):
+    with pytest.raises(TensorGymError, match="seeds"):
+        registry.make("ppo-pretrained", policy=str(random_policy(tmp_path)), seeds=0)
 
 
 def test_replay_evaluations(data, world, tmp_path):
