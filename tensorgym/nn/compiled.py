@@ -7,7 +7,10 @@ thread count: ``torch.get_num_threads()``, baked into the kernels) has its best 
 checked by the measurement worker and loaded here (``kernels``: the bytes the worker checked);
 its nodes become calls of ``torch.ops.tensorgym.kernel`` (``rewrite``). A task without such a
 record, or whose kernel fails the check, keeps PyTorch's op: the report
-(``module.tensorgym_report``) says why, and a warning lists them.
+(``module.tensorgym_report``) says why, and a warning lists them. So does a task whose kernel,
+timed here side by side with the PyTorch operator it would replace (``race``), is not faster
+(``faster_only``, the default): a tuned kernel runs only where it wins, as ``torch.compile``'s
+max-autotune keeps ATen's kernel where its templates lose.
 """
 from __future__ import annotations
 
@@ -28,6 +31,18 @@ from .report import CompileReport, KeptNode, ReplacedNode
 #: how a kernel is checked before it may run in the caller's process (a few samples: its time
 #: is reported, not recorded)
 CHECK_OPTIONS = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
+RACE_ROUNDS = 7  # interleaved rounds of a kernel against the PyTorch op (medians compared)
+RACE_ROUND_S = 0.02
+
+
+def race(kernel: Any) -> tuple[float, float]:
+    """(the kernel's, the PyTorch operator's) seconds per call on random inputs in this
+    process, the median of ``RACE_ROUNDS`` interleaved rounds (``bench.task_pair``)."""
+    from .bench import interleaved, task_pair
+
+    ours, theirs = task_pair(kernel)
+    t = interleaved({"ours": ours, "pytorch": theirs}, RACE_ROUNDS, RACE_ROUND_S)
+    return t["ours"], t["pytorch"]
 
 
 class CompileWarning(UserWarning):
@@ -36,11 +51,13 @@ class CompileWarning(UserWarning):
 
 def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str = "cpu", *,
             options: Optional[MeasureOptions] = None, name: str = "",
-            fast_pools: bool = True) -> Any:
+            fast_pools: bool = True, faster_only: bool = True) -> Any:
     """``model`` (an ``nn.Module``, put in eval mode) with its tuned operators replaced by
     tensorgym kernels: a ``torch.fx.GraphModule`` taking ``example_input``'s shapes, with
     ``tensorgym_report`` (a ``CompileReport``). ``db``: the records database of a tune
-    (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``).
+    (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``);
+    ``fast_pools``: large max pools run as a separable max of PyTorch ops (``nn.pool``);
+    ``faster_only``: a kernel replaces its operator only if it beats it side by side (``race``).
     Inference only: the kernels have no autograd formula (a backward through one raises)."""
     import torch
 
@@ -65,7 +82,7 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     openmp = bind_openmp(os.path.join(os.path.dirname(torch.__file__), "lib"))
     report = CompileReport(label, device, openmp)
     report.kept += [KeptNode(u.node, u.op, f"untunable: {u.reason}") for u in untunable]
-    state = _Compiler(gm, device, threads, options or CHECK_OPTIONS, report)
+    state = _Compiler(gm, device, threads, options or CHECK_OPTIONS, report, faster_only)
     try:
         with closing(Records(db)) as records:
             for i, (node, task) in enumerate(found):
@@ -91,9 +108,10 @@ class _Compiler:
     """One compile's kernels (by task key) and its measurer, started at the first check."""
 
     def __init__(self, gm: Any, device: str, threads: int, options: MeasureOptions,
-                 report: CompileReport) -> None:
+                 report: CompileReport, faster_only: bool = True) -> None:
         self.gm, self.device, self.threads, self.options = gm, device, threads, options
-        self.report = report
+        self.report, self.faster_only = report, faster_only
+        self.raced: dict[str, tuple[float, float]] = {}  # key -> (kernel, PyTorch) seconds
         self.kernels: dict = {}
         self.refused: dict[str, str] = {}
         self.measurer: Any = None
@@ -109,6 +127,18 @@ class _Compiler:
         if isinstance(kernel, str):
             self.report.kept.append(KeptNode(_name(node), task.key, kernel))
             return
+        versus = 0.0
+        if self.faster_only:
+            if task.key not in self.raced:
+                self.raced[task.key] = race(kernel)
+            ours, theirs = self.raced[task.key]
+            if ours >= theirs:
+                self.report.kept.append(KeptNode(_name(node), task.key, (
+                    f"PyTorch's op is faster here: {theirs * 1e3:.4f} ms against the kernel's "
+                    f"{ours * 1e3:.4f} ms, timed side by side (faster_only=False runs the "
+                    "kernel anyway)")))
+                return
+            versus = theirs / ours
         try:
             replace(self.gm, node, chain, kernel, tag)
         except NotReplaceable as e:
@@ -116,7 +146,7 @@ class _Compiler:
             return
         self.report.replaced.append(ReplacedNode(task.nodes[0], task.key, kernel.config.index,
                                                  kernel.seconds * 1e3, kernel.sha256,
-                                                 kernel.note))
+                                                 kernel.note, versus))
 
     def kernel(self, records: Records, task: Any) -> Any:
         """The checked kernel of ``task`` (one per key), or why there is none."""

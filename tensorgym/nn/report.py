@@ -15,6 +15,7 @@ class ReplacedNode:
     kernel_ms: float  # the measurement worker's median time of the kernel, at compile time
     sha256: str  # of the binary the worker checked and this process loaded
     note: str = ""
+    versus_pytorch: float = 0.0  # PyTorch's op time / the kernel's, raced at compile (0: not)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class CompileReport:
         lines = [self.summary(), "", "| node | task | kernel | reason or note |",
                  "|---|---|---|---|"]
         lines += [f"| {r.node} | `{r.key}` | config {r.config_index}, {r.kernel_ms:.4f} ms, "
-                  f"{r.sha256[:12]} | {r.note or '-'} |" for r in self.replaced]
+                  f"{r.sha256[:12]}"
+                  + (f", {r.versus_pytorch:.2f}x PyTorch's op" if r.versus_pytorch else "")
+                  + f" | {r.note or '-'} |" for r in self.replaced]
         lines += [f"| {k.node} | `{k.key}` | PyTorch | {k.reason} |" for k in self.kept]
         lines += [f"| {p} | max_pool2d | PyTorch ops | a separable max (nn.pool) |"
                   for p in self.pools]
