@@ -55,7 +55,7 @@ def test_dqn_runs_checked_kernels_and_matches_eager(dqn_db):
     before = set(openmp_copies())  # other tests' imports (xgboost's wheel) may have added some
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileWarning)  # every operator has a record
-        cm = compile(model, x, dqn_db, faster_only=False)
+        cm = compile(model, x, dqn_db)
     report = cm.tensorgym_report
     assert [r.node for r in report.replaced] == ["0", "2", "4", "7", "9"] and not report.kept
     assert report.device.endswith(f"/{torch.get_num_threads()}t")
@@ -70,7 +70,7 @@ def test_dqn_runs_checked_kernels_and_matches_eager(dqn_db):
 
 def test_export_sees_the_custom_op(dqn_db):
     model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db, faster_only=False)
+    cm = compile(model, x, dqn_db)
     ep = torch.export.export(cm, (x,))
     assert len(kernel_nodes(ep.graph)) == 5
     same(model, ep.module(), x.shape, n=1)
@@ -83,7 +83,7 @@ def test_an_operator_without_a_record_keeps_pytorch(dqn_db):
                           nn.Linear(32 * 20 * 20, 10)).eval()
     x = torch.randn(1, 4, 84, 84)
     with pytest.warns(CompileWarning, match="no ok record"):
-        cm = compile(model, x, dqn_db, faster_only=False)
+        cm = compile(model, x, dqn_db)
     report = cm.tensorgym_report
     assert [r.node for r in report.replaced] == ["0"]
     assert [(k.node, k.key) for k in report.kept] == [("3", "dense:1,12800,10+bias")]
@@ -112,7 +112,7 @@ def test_the_runner_up_config_stands_in_when_the_best_fails(dqn_db, monkeypatch)
 
     monkeypatch.setattr(LocalMeasurer, "time_builds", best_fails)
     model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db, faster_only=False)
+    cm = compile(model, x, dqn_db)
     report = cm.tensorgym_report
     assert len(report.replaced) == 5 and not report.kept
     assert all("#2 is used" in r.note and "WRONG_ANSWER" in r.note for r in report.replaced)
@@ -134,7 +134,7 @@ def test_a_kernel_that_fails_the_check_is_refused(dqn_db, monkeypatch):
     monkeypatch.setattr(LocalMeasurer, "time_builds", wrong)
     model, x = get_model("dqn")
     with pytest.warns(CompileWarning, match="check failed"):
-        cm = compile(model, x, dqn_db, faster_only=False)
+        cm = compile(model, x, dqn_db)
     assert not cm.tensorgym_report.replaced and len(cm.tensorgym_report.kept) == 5
     assert not kernel_nodes(cm.graph)
     same(model, cm, x.shape, n=1)
@@ -148,7 +148,7 @@ def test_another_thread_count_is_rebuilt_and_checked(dqn_db):
     model, x = get_model("dqn")
     torch.set_num_threads(other)
     try:
-        cm = compile(model, x, dqn_db, faster_only=False)
+        cm = compile(model, x, dqn_db)
         report = cm.tensorgym_report
         assert report.device.endswith(f"/{other}t") and len(report.replaced) == 5
         assert all(f"rebuilt for {other} threads" in r.note for r in report.replaced)
@@ -165,7 +165,7 @@ def test_resnet18_with_a_few_tuned_tasks(tmp_path):
     tune(db, "resnet18", [(k, keys[k]) for k in picked], per_task=3)
     model, x = get_model("resnet18")
     with pytest.warns(CompileWarning):
-        cm = compile(model, x, str(db), faster_only=False)
+        cm = compile(model, x, str(db))
     report = cm.tensorgym_report
     assert sorted({r.key for r in report.replaced}) == sorted(picked)
     assert [r.node for r in report.replaced] == ["layer1.0.conv2", "layer1.1.conv2",
@@ -188,7 +188,7 @@ def test_bench_model_smoke(dqn_db):
     from .cli_run import cli
 
     rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db, "--rounds", "1",
-                        "--min-round-ms", "1", "--no-inductor", "--all-kernels", "--json"])
+                        "--min-round-ms", "1", "--no-inductor", "--json"])
     assert rc == 0, err
     got = json.loads(out)
     assert set(got["latency_ms"]) == {"tensorgym", "eager"} and got["replaced"] == 5
@@ -233,7 +233,7 @@ def test_every_operator_kind_packing_and_layout_ops(tmp_path):
     tasks = [(t.key, t.count) for t in extract_tasks(model, args).tasks]
     assert len(tasks) == 6 and "dense:8,16,16+bias+add" in dict(tasks)
     tune(tmp_path / "s.db", "small", tasks, per_task=6)
-    cm = compile(model, args, str(tmp_path / "s.db"), faster_only=False)
+    cm = compile(model, args, str(tmp_path / "s.db"))
     assert len(cm.tensorgym_report.replaced) == 6 and not cm.tensorgym_report.kept
     with torch.no_grad():
         for _ in range(3):
@@ -250,7 +250,7 @@ torch.set_num_threads(min(torch.get_num_threads(), len(os.sched_getaffinity(0)))
 from tensorgym.nn import compile, get_model
 from tensorgym.nn.kernels import openmp_copies
 model, x = get_model("dqn")
-cm = compile(model, x, sys.argv[1], faster_only=False)
+cm = compile(model, x, sys.argv[1])
 with torch.no_grad():
     cm(x)
 print(len(cm.tensorgym_report.replaced), len(set(openmp_copies())))
@@ -275,21 +275,21 @@ def test_more_torch_threads_than_cores_is_a_clear_error(dqn_db, monkeypatch):
     model, x = get_model("dqn")
     monkeypatch.setattr(compiled, "available_cpus", lambda: torch.get_num_threads() - 1)
     with pytest.raises(TensorGymError, match="torch.set_num_threads"):
-        compile(model, x, dqn_db, faster_only=False)
+        compile(model, x, dqn_db)
 
 
 @pytest.mark.parametrize("kernel_s,pytorch_s", [(2.0, 1.0), (1.0, 2.0)])
 def test_a_kernel_replaces_its_operator_only_where_it_wins(dqn_db, monkeypatch, kernel_s,
                                                            pytorch_s):
-    """faster_only (the default): the race's verdict decides; here it is injected, so the test
+    """faster_only=True: the race's verdict decides; here it is injected, so the test
     does not depend on this machine's timing (test_race_times_both_sides times for real)."""
     import tensorgym.nn.compiled as compiled
 
-    monkeypatch.setattr(compiled, "race", lambda kernel: (kernel_s, pytorch_s))
+    monkeypatch.setattr(compiled, "race", lambda kernel, bn=False: (kernel_s, pytorch_s))
     model, x = get_model("dqn")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CompileWarning)
-        cm = compile(model, x, dqn_db)
+        cm = compile(model, x, dqn_db, faster_only=True)
     report = cm.tensorgym_report
     if kernel_s > pytorch_s:
         assert not report.replaced and len(report.kept) == 5 and not kernel_nodes(cm.graph)
@@ -305,7 +305,8 @@ def test_race_times_both_sides(dqn_db):
     import tensorgym.nn.compiled as compiled
 
     model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db, faster_only=False)
+    cm = compile(model, x, dqn_db)
     kernel = next(iter(cm.tensorgym_kernels.values()))
-    ours, theirs = compiled.race(kernel)
-    assert 0 < ours < 1 and 0 < theirs < 1
+    for batch_norm in (False, True):
+        ours, theirs = compiled.race(kernel, batch_norm)
+        assert 0 < ours < 1 and 0 < theirs < 1

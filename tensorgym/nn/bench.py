@@ -55,20 +55,26 @@ def inductor(model: Any, x: Any) -> "tuple[Any, str]":
     return compiled, ""
 
 
-def task_pair(k: CheckedKernel, seed: int = 0) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """(our kernel, the PyTorch operator with the same epilogue), each on random inputs."""
+def task_pair(k: CheckedKernel, seed: int = 0, batch_norm: bool = False) \
+        -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(our kernel, the PyTorch operator with the same epilogue), each on random inputs;
+    ``batch_norm``: PyTorch's side runs its bias as an eval-mode batch norm after the
+    operator, as a model's graph does where the kernel folded one in."""
     w = k.workload
     arrays = w.random_inputs(seed)
     ours = [torch.from_numpy(a) for a in k.program.pack_inputs(arrays)]
     out_shape = list(w.output.shape)
     theirs = [torch.from_numpy(a) for a in arrays]
-    reference = _torch_op(w, theirs)
+    reference = _torch_op(w, theirs, batch_norm)
     return (lambda: kernel_op(ours, k.address, out_shape, k.numels, k.workspaces)), reference
 
 
-def _torch_op(w: Workload, t: list) -> Callable[[], Any]:
+def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], Any]:
     extra = dict(zip((x.name for x in w.epilogue_inputs), t[len(t) - len(w.epilogue_inputs):]))
     bias = extra["bias"].reshape(-1) if "bias" in extra else None
+    norm = None
+    if batch_norm and bias is not None:  # scale, shift, mean and var of the bias's length
+        norm, bias = (bias.abs() + 0.5, bias, bias * 0.1, bias.abs() + 1.0), None
     if w.op == "conv2d":
         n, ic, h, wd, oc, k, stride, pad = w.params[:8]
         weight = t[1].reshape(oc, -1, k, k)
@@ -88,6 +94,8 @@ def _torch_op(w: Workload, t: list) -> Callable[[], Any]:
 
     def run() -> Any:
         y = op()
+        if norm is not None:
+            y = F.batch_norm(y, norm[2], norm[3], norm[0], norm[1], False, 0.0, 1e-5)
         for e in w.epilogue:
             if e == "add":
                 y = y + residual.reshape(y.shape)
