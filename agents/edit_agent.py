@@ -76,6 +76,7 @@ class EditPolicyAgent(SearchStrategy):
         self.moves = NamedMoves(workload, self.target, space)
         self.rng = np.random.default_rng(seed)
         self.start = seed_configs(workload, self.target, max_seeds=self.seeds)
+        self.start_indices = {c.index for c in self.start}
         self.reference = self.start[0]
         self.reference_seconds: Optional[float] = None
         self.best: Optional[MeasureResult] = None
@@ -113,14 +114,10 @@ class EditPolicyAgent(SearchStrategy):
                 self.reference_seconds = r.median
             if r.ok and (self.best is None or r.median < self.best.median):
                 self.best = r
-            if r.config.index not in self._start_indices:
+            if r.config.index not in self.start_indices:
                 self.moves_made += 1
 
     # ---------------------------------------------------------------- internals
-
-    @property
-    def _start_indices(self) -> set[int]:
-        return {c.index for c in self.start}
 
     def _observe(self, current: np.ndarray) -> np.ndarray:
         gain = 0.0

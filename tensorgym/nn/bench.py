@@ -72,9 +72,9 @@ def task_pair(k: CheckedKernel, seed: int = 0, batch_norm: bool = False) \
 def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], Any]:
     extra = dict(zip((x.name for x in w.epilogue_inputs), t[len(t) - len(w.epilogue_inputs):]))
     bias = extra["bias"].reshape(-1) if "bias" in extra else None
-    norm = None
-    if batch_norm and bias is not None:  # scale, shift, mean and var of the bias's length
-        norm, bias = (bias.abs() + 0.5, bias, bias * 0.1, bias.abs() + 1.0), None
+    norm = None  # (mean, var, scale, shift) of an eval-mode batch norm in the bias's place
+    if batch_norm and bias is not None:
+        norm, bias = (bias * 0.1, bias.abs() + 1.0, bias.abs() + 0.5, bias), None
     if w.op == "conv2d":
         n, ic, h, wd, oc, k, stride, pad = w.params[:8]
         weight = t[1].reshape(oc, -1, k, k)
@@ -95,7 +95,7 @@ def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], An
     def run() -> Any:
         y = op()
         if norm is not None:
-            y = F.batch_norm(y, norm[2], norm[3], norm[0], norm[1], False, 0.0, 1e-5)
+            y = F.batch_norm(y, *norm, False, 0.0, 1e-5)
         for e in w.epilogue:
             if e == "add":
                 y = y + residual.reshape(y.shape)

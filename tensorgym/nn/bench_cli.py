@@ -31,16 +31,18 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     from .models import get_model
 
     model, x = get_model(args.model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CompileWarning)  # the report below says it
-        cm = compile(model, x, args.db, name=args.model, faster_only=args.faster_only)
+
+    def compiled(faster_only: bool) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CompileWarning)  # the report below says it
+            return compile(model, x, args.db, name=args.model, faster_only=faster_only)
+
+    cm = compiled(args.faster_only)
     report = cm.tensorgym_report
     check = output_check(cm, model, x)
     fns = {"tensorgym": lambda: cm(x), "eager": lambda: model(x)}
     if any(k.reason.startswith("PyTorch's op is faster") for k in report.kept):
-        with warnings.catch_warnings():  # what keeping the faster PyTorch ops buys
-            warnings.simplefilter("ignore", CompileWarning)
-            every = compile(model, x, args.db, name=args.model, faster_only=False)
+        every = compiled(False)  # what keeping the faster PyTorch ops buys, side by side
         fns["tensorgym, every kernel"] = lambda: every(x)
     if report.pools:  # what the separable max pools buy, side by side
         from .pool import with_pytorch_pools

@@ -25,7 +25,7 @@ from ..hardware.target import get_target
 from ..measure import MeasureOptions
 from ..records import Records
 from ..templates import canonical_target
-from .extract import _name, export_graph, operator_nodes
+from .extract import _aten, _name, export_graph, operator_nodes
 from .report import CompileReport, KeptNode, ReplacedNode
 
 #: how a kernel is checked before it may run in the caller's process (a few samples: its time
@@ -132,8 +132,6 @@ class _Compiler:
             return
         versus = 0.0
         if self.faster_only:
-            from .extract import _aten
-
             bn = any((_aten(n) or ("",))[0] == "batch_norm" for n in chain)
             if (task.key, bn) not in self.raced:
                 self.raced[task.key, bn] = race(kernel, bn)

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .extract import _arg
+
 #: pools with fewer output elements keep PyTorch's op (a few dozen ops' dispatch costs more)
 MIN_OUTPUT = 32768
 
@@ -51,8 +53,6 @@ def fast_pools(gm: Any) -> list[str]:
     """Replace the graph's ``aten.max_pool2d`` nodes (4-D float32, no dilation, floor mode,
     at least ``MIN_OUTPUT`` outputs) by ``max_pool2d`` above; returns the replaced nodes'
     names."""
-    from .extract import _arg
-
     done = []
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not torch.ops.aten.max_pool2d.default:
