@@ -13,6 +13,7 @@ import pytest
 from tensorgym.dataset.data import Dataset
 from tensorgym.dataset.remeasure import cold_configs, remeasure
 from tensorgym.dataset.replay import ReplayMeasurer
+from tensorgym.errors import ErrorCode
 from tensorgym.dataset.world.samples import task_samples
 from tensorgym.measure import LocalMeasurer, MeasureOptions
 from tensorgym.measure.result import MeasureResult
@@ -114,3 +115,28 @@ def test_remeasure_cli_refuses_bad_input_clearly(tmp_path):
                           str(tmp_path / "r.db"), "--time-budget", "soon"],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "duration" in out.stderr
+
+
+def test_remeasure_repeats_times_every_timed_config_until_it_has_n_records(tmp_path, measurer):
+    db, task, configs = _db(tmp_path, measurer)
+    space = space_for(W, "cpu")
+    broken = MeasureResult(space.sample(np.random.default_rng(7), 1)[0], (), flops=W.flops,
+                           error=ErrorCode.WRONG_ANSWER, error_msg="wrong", timestamp=2.0)
+    db.add_many(task, [broken])  # a config whose every record failed: never measured again
+    before = len(db)
+    report = remeasure(db, "cpu", [W.key], measurer=measurer, progress=False, repeats=2)
+    # pass 1: the two cold-only configs; pass 2: all four configs' second timed record
+    assert report.measured == 2 + 4 and report.failures == 0 and len(db) == before + 6
+    timed: dict[int, int] = {}
+    for r in db.query(W.key):
+        if r.ok and not r.cold_only:
+            i = space.from_json(r.config_json).index
+            timed[i] = timed.get(i, 0) + 1
+    assert sorted(timed) == sorted(c.index for c in configs)
+    assert min(timed.values()) >= 2
+    assert broken.config.index not in timed
+    again = remeasure(db, "cpu", [W.key], measurer=measurer, progress=False, repeats=2)
+    assert again.measured == 0  # resumable
+    with pytest.raises(Exception, match="repeats"):
+        remeasure(db, "cpu", [W.key], measurer=measurer, progress=False, repeats=0)
+    db.close()

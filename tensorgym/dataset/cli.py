@@ -59,6 +59,9 @@ def add_parser(sub: Any, positive: Any, non_negative: Any) -> None:
                    "records' device says how many they had)")
     r.add_argument("--early-stop", type=float, default=4.0, metavar="RATIO",
                    help="stop timing a kernel surely RATIO x slower than the task's best")
+    r.add_argument("--repeats", type=positive, default=1, metavar="N",
+                   help="then time every timed config again until it has N timed records, one "
+                   "pass per record (default 1: only the cold-only configs)")
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--json", action="store_true")
     e = dsub.add_parser("export", help="write a records database as Parquet or JSON lines")
@@ -188,7 +191,8 @@ def _remeasure(args: argparse.Namespace) -> int:
         works = [w for w, t in args.suite_object.tasks if t == args.target]
     budget = parse_duration(args.time_budget) if args.time_budget else 0.0
     report = remeasure(args.db, args.target, works, budget, threads=args.threads,
-                       early_stop=args.early_stop, progress=not (args.no_progress or args.json))
+                       early_stop=args.early_stop, progress=not (args.no_progress or args.json),
+                       repeats=args.repeats)
     if args.json:
         print(json.dumps({**asdict(report), "records_per_second": report.records_per_second}))
         return 0

@@ -11,6 +11,12 @@ records (``collect.strategy`` ``"remeasure"``). The old records stay as they wer
 
 Resumable: a config that has a record which is not cold-only (of any spelling an earlier tree
 wrote) is done. Only records of this machine's device are measured; the others are counted.
+
+``repeats=N`` (``--repeats N``) goes on to time every config that has a time (or a cold-only
+record) until it has N timed records, in passes: every config's second record, then every
+config's third, so that each pass sees the machine's drift alike. A config's time is the median
+of its records' (``world.samples``), so a truth measured N times ranks with less of one
+moment's noise. Configs whose every record failed are not measured again.
 """
 from __future__ import annotations
 
@@ -56,18 +62,28 @@ def cold_configs(records: Records, device: str, target: str = "cpu",
                  workloads: Optional[Sequence[str]] = None) -> dict[str, list[Config]]:
     """Per workload key of ``device``'s records (of ``workloads`` only, if given): the configs of
     today's space that have a cold-only record and no other successful record."""
+    return configs_to_time(records, device, target, workloads, repeats=1)
+
+
+def configs_to_time(records: Records, device: str, target: str = "cpu",
+                    workloads: Optional[Sequence[str]] = None,
+                    repeats: int = 1) -> dict[str, list[Config]]:
+    """Per workload key of ``device``'s records (of ``workloads`` only, if given): the configs of
+    today's space with fewer than ``repeats`` timed records (successful, not cold-only) that
+    have a cold-only record or at least one timed record."""
     keys = workloads if workloads is not None else records.workload_keys()
     out: dict[str, list[Config]] = {}
     for key in keys:
         recs = records.query(key, target, device)
-        if not any(r.cold_only for r in recs):
+        if not recs or (repeats <= 1 and not any(r.cold_only for r in recs)):
             continue
         try:
             space = space_for(get_workload(key), target)
         except TensorGymError:
             continue  # no workload or template of today's tree
-        cold: dict[int, Config] = {}
-        timed: set[int] = set()
+        seen: dict[int, Config] = {}
+        cold: set[int] = set()
+        timed: dict[int, int] = {}
         for r in recs:
             if r.space_name != space.name:
                 continue
@@ -76,10 +92,13 @@ def cold_configs(records: Records, device: str, target: str = "cpu",
             except InvalidConfigError:
                 continue
             if r.cold_only:
-                cold[config.index] = config
+                cold.add(config.index)
             elif r.ok:
-                timed.add(config.index)
-        todo = [c for i, c in cold.items() if i not in timed]
+                timed[config.index] = timed.get(config.index, 0) + 1
+            else:
+                continue
+            seen.setdefault(config.index, config)
+        todo = [c for i, c in seen.items() if timed.get(i, 0) < max(1, repeats)]
         if todo:
             out[key] = todo
     return out
@@ -88,10 +107,14 @@ def cold_configs(records: Records, device: str, target: str = "cpu",
 def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
               workloads: Optional[Sequence[str]] = None, time_budget: float = 0.0,
               threads: int = 0, early_stop: float = 4.0, progress: bool = True,
-              measurer: Optional[Measurer] = None) -> RemeasureReport:
+              measurer: Optional[Measurer] = None, repeats: int = 1) -> RemeasureReport:
     """Measure the cold-only configs of this machine's device in ``db`` again (see the module
-    docstring), task by task, until done or ``time_budget`` seconds (0: no limit) are spent. A
-    given ``measurer`` is used as it is (and not closed); it must not stop first runs."""
+    docstring), task by task, until done or ``time_budget`` seconds (0: no limit) are spent;
+    with ``repeats`` > 1, then every timed config until it has that many timed records, one
+    pass per record. A given ``measurer`` is used as it is (and not closed); it must not stop
+    first runs."""
+    if repeats < 1:
+        raise TensorGymError(f"repeats is a number of timed records >= 1, got {repeats!r}")
     if time_budget < 0:
         raise TensorGymError(f"a time budget is seconds >= 0 (0: none), got {time_budget!r}")
     if not (early_stop == 0 or early_stop >= 1):
@@ -104,34 +127,24 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
     t0 = time.monotonic()
     report = RemeasureReport(measurer.device)
     try:
-        todo = cold_configs(records, measurer.device, target, workloads)
         others = {r.device for r in records.query(target=target)} - {measurer.device}
         report.other_devices = sum(len(v) for d in sorted(others)
                                    for v in cold_configs(records, d, target, workloads).values())
-        total = sum(len(v) for v in todo.values())
         batch = 4 * max(1, measurer.options.n_parallel or os.cpu_count() or 1)
-        with tqdm(total=total, desc="remeasure", unit=" configs", disable=not progress) as bar:
-            for key, configs in todo.items():
-                if time_budget and time.monotonic() - t0 >= time_budget:
-                    report.left += len(configs)
-                    continue
-                w = get_workload(key)
-                task = Task(w.key, target, measurer.device)
-                for i in range(0, len(configs), batch):
+        for level in range(1, repeats + 1):
+            todo = configs_to_time(records, measurer.device, target, workloads, level)
+            total = sum(len(v) for v in todo.values())
+            if time_budget and time.monotonic() - t0 >= time_budget:
+                report.left += total  # this pass's configs (an earlier pass's are among them)
+                break
+            desc = "remeasure" if repeats == 1 else f"remeasure, pass {level}/{repeats}"
+            with tqdm(total=total, desc=desc, unit=" configs", disable=not progress) as bar:
+                for key, configs in todo.items():
                     if time_budget and time.monotonic() - t0 >= time_budget:
-                        report.left += len(configs) - i
-                        break
-                    results = measurer.measure(w, configs[i:i + batch],
-                                               stop_slower_than=task_bound(records, task,
-                                                                           early_stop),
-                                               early_stop=early_stop)
-                    options = batch_options(measurer, {"strategy": STRATEGY,
-                                                       "early_stop": early_stop})
-                    records.add_many(task, results, options=options, workload=w)
-                    report.measured += len(results)
-                    report.failures += sum(not r.ok for r in results)
-                    report.per_task[key] = report.per_task.get(key, 0) + len(results)
-                    bar.update(len(results))
+                        report.left += len(configs)
+                        continue
+                    _measure_task(records, measurer, Task(key, target, measurer.device), configs,
+                                  batch, early_stop, time_budget, t0, report, bar)
     finally:
         if own:
             measurer.close()
@@ -141,4 +154,25 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
     return report
 
 
-__all__ = ["RemeasureReport", "STRATEGY", "cold_configs", "remeasure"]
+def _measure_task(records: Records, measurer: Measurer, task: Task, configs: list[Config],
+                  batch: int, early_stop: float, time_budget: float, t0: float,
+                  report: RemeasureReport, bar: tqdm) -> None:
+    """Measure ``configs`` of ``task`` in batches, writing each batch's records, until
+    done or the budget is spent (the rest counted in ``report.left``)."""
+    w = get_workload(task.workload)
+    for i in range(0, len(configs), batch):
+        if time_budget and time.monotonic() - t0 >= time_budget:
+            report.left += len(configs) - i
+            return
+        results = measurer.measure(w, configs[i:i + batch],
+                                   stop_slower_than=task_bound(records, task, early_stop),
+                                   early_stop=early_stop)
+        options = batch_options(measurer, {"strategy": STRATEGY, "early_stop": early_stop})
+        records.add_many(task, results, options=options, workload=w)
+        report.measured += len(results)
+        report.failures += sum(not r.ok for r in results)
+        report.per_task[w.key] = report.per_task.get(w.key, 0) + len(results)
+        bar.update(len(results))
+
+
+__all__ = ["RemeasureReport", "STRATEGY", "cold_configs", "configs_to_time", "remeasure"]
