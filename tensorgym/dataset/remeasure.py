@@ -42,8 +42,9 @@ STRATEGY = "remeasure"
 @dataclass
 class RemeasureReport:
     """What a re-measurement did: records ``measured`` now (``failures`` among them), wall
-    ``seconds``, configs still ``left`` on this device (the budget ran out), and cold-only
-    configs of ``other_devices`` (not measurable here)."""
+    ``seconds``, measurements still ``left`` on this device (the budget ran out; with
+    ``repeats``, one per config and pass), and cold-only configs of ``other_devices`` (not
+    measurable here)."""
 
     device: str
     measured: int = 0
@@ -135,7 +136,7 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
             todo = configs_to_time(records, measurer.device, target, workloads, level)
             total = sum(len(v) for v in todo.values())
             if time_budget and time.monotonic() - t0 >= time_budget:
-                report.left += total  # this pass's configs (an earlier pass's are among them)
+                report.left += total  # a config left in an earlier pass needs this pass's too
                 break
             desc = "remeasure" if repeats == 1 else f"remeasure, pass {level}/{repeats}"
             with tqdm(total=total, desc=desc, unit=" configs", disable=not progress) as bar:
@@ -143,8 +144,8 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
                     if time_budget and time.monotonic() - t0 >= time_budget:
                         report.left += len(configs)
                         continue
-                    _measure_task(records, measurer, Task(key, target, measurer.device), configs,
-                                  batch, early_stop, time_budget, t0, report, bar)
+                    _measure_task(records, measurer, key, target, configs, batch, early_stop,
+                                  time_budget, t0, report, bar)
     finally:
         if own:
             measurer.close()
@@ -154,12 +155,13 @@ def remeasure(db: "str | os.PathLike | Records", target: str = "cpu",
     return report
 
 
-def _measure_task(records: Records, measurer: Measurer, task: Task, configs: list[Config],
-                  batch: int, early_stop: float, time_budget: float, t0: float,
-                  report: RemeasureReport, bar: tqdm) -> None:
-    """Measure ``configs`` of ``task`` in batches, writing each batch's records, until
-    done or the budget is spent (the rest counted in ``report.left``)."""
-    w = get_workload(task.workload)
+def _measure_task(records: Records, measurer: Measurer, key: str, target: str,
+                  configs: list[Config], batch: int, early_stop: float, time_budget: float,
+                  t0: float, report: RemeasureReport, bar: tqdm) -> None:
+    """Measure ``configs`` of workload ``key`` in batches, writing each batch's records,
+    until done or the budget is spent (the rest counted in ``report.left``)."""
+    w = get_workload(key)
+    task = Task(w.key, target, measurer.device)
     for i in range(0, len(configs), batch):
         if time_budget and time.monotonic() - t0 >= time_budget:
             report.left += len(configs) - i
