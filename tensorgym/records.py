@@ -70,7 +70,8 @@ _COLUMNS_V1 = _COLUMNS.replace(", options", ", '' AS options")
 #: ``MeasureResult`` flags kept in a record's options where set (``drift``: where not None)
 RESULT_FLAGS = ("early_stop", "unchecked", "confirmed", "drift")
 #: ``MeasureResult.extra`` entries kept there too (JSON-serializable, about the result)
-RESULT_EXTRA = ("compile_cache", "compile", "same_kernel_as", "screened_costs", "first_run")
+RESULT_EXTRA = ("compile_cache", "compile", "same_kernel_as", "screened_costs", "first_run",
+                "calibration")
 #: ``MeasureResult.source`` of results that are not measurements: they are never written
 NOT_MEASURED = ("recorded", "surrogate")
 
@@ -127,6 +128,21 @@ class Record:
         measurer = opts.get("measurer")
         min_ms = measurer.get("min_repeat_ms", 5.0) if isinstance(measurer, dict) else 5.0
         return self.costs[0] >= float(min_ms or 0.0) / 1e3
+
+    @property
+    def calibration(self) -> Optional[float]:
+        """The calibration kernel's seconds as this record's batch was timed (its result's
+        ``calibration``; None for a record written without one, before 2026-12-06 13:50 UTC):
+        the machine's speed at that moment. A 2-vCPU VM's speed moved by 1.44x between two
+        hours of one day, so records of two moments compare as ``median / calibration``."""
+        if not self.options:
+            return None
+        try:
+            result = json.loads(self.options).get("result")
+        except (ValueError, AttributeError):
+            return None
+        value = result.get("calibration") if isinstance(result, dict) else None
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 class Records:

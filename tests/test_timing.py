@@ -111,3 +111,33 @@ def test_early_stop_and_confirmation_can_be_switched_off(tmp_path, measurer):
     assert not any(r.confirmed or r.early_stop for r in results)
     with pytest.raises(tensorgym.TensorGymError, match="early_stop"):
         gym.make("TensorSched-v0", workload=W, target="cpu", records=False, early_stop=0.5)
+
+
+def test_each_result_carries_the_machines_speed_and_its_record_keeps_it(tmp_path):
+    """``calibration``: the calibration kernel's seconds during the timing phase (the geometric
+    mean of its timings at the phase's start and end), so that records of two moments of a
+    machine whose speed moves can be compared; a record keeps it in its options."""
+    from tensorgym.records import Records
+    from tensorgym.task import Task
+
+    m = LocalMeasurer("cpu", MeasureOptions(repeat=2, max_repeat=2, min_repeat_ms=1))
+    looks = iter([1e-4, 1.04e-4])  # the phase's start and end: no re-take
+    m._calibration_time = lambda: next(looks)
+    try:
+        results = m.measure(W, CONFIGS[:2])
+        device = m.device
+    finally:
+        m.close()
+    assert all(r.ok and r.extra["calibration"] == pytest.approx((1e-4 * 1.04e-4) ** 0.5)
+               for r in results)
+    db = Records(tmp_path / "r.db")
+    db.add_many(Task(W.key, "cpu", device), results)
+    recs = db.query(W.key)
+    assert len(recs) == 2
+    assert all(r.calibration == pytest.approx((1e-4 * 1.04e-4) ** 0.5) for r in recs)
+    db.close()
+    quiet = LocalMeasurer("cpu", MeasureOptions(repeat=2, min_repeat_ms=1, calibrate=False))
+    try:
+        assert all("calibration" not in r.extra for r in quiet.measure(W, CONFIGS[:1]))
+    finally:
+        quiet.close()

@@ -207,28 +207,32 @@ class LocalMeasurer(MeasurerDefaults):
         out = self._time_all(workload, configs, builds, opts)
         if not opts.calibrate or not any(r.extra.get("timed") for r in out):
             return out
-        drift = self._phase_drift(opts)
+        drift, speed = self._phase_drift(opts)
         if abs(drift - 1.0) > opts.drift_tolerance:
             out = self._time_all(workload, configs, builds, opts)
-            drift = self._phase_drift(opts)
+            drift, speed = self._phase_drift(opts)
             if abs(drift - 1.0) > opts.drift_tolerance:
                 out = [replace(r, drift=drift) if r.ok else r for r in out]
+        if speed:  # the machine's speed as the kernels were timed: records of two moments compare
+            out = [replace(r, extra={**r.extra, "calibration": speed}) if r.ok else r
+                   for r in out]
         return out
 
-    def _phase_drift(self, opts: MeasureOptions) -> float:
-        """The calibration kernel's speed at the phase's end over its start. One timing of it
-        varies by ~8% (cv) on these 2-core VMs, so a 20% change is seen in a few percent of
-        phases of a steady machine, and a re-take costs the whole phase: a change is looked at
-        a second time, and counts only if it is still there."""
+    def _phase_drift(self, opts: MeasureOptions) -> tuple[float, Optional[float]]:
+        """The calibration kernel's speed at the phase's end over its start, and its seconds
+        during the phase (the geometric mean of the two; None if either is missing). One timing
+        of it varies by ~8% (cv) on these 2-core VMs, so a 20% change is seen in a few percent
+        of phases of a steady machine, and a re-take costs the whole phase: a change is looked
+        at a second time, and counts only if it is still there."""
         before, after = self._drift.pop_phase()
         if not (before and after):
-            return 1.0
+            return 1.0, None
         if abs(after / before - 1.0) > opts.drift_tolerance:
             again = self._calibration_time()
             if again:
                 self._drift.phase_end(again)  # also the start of a phase that follows at once
                 after = again
-        return after / before
+        return after / before, math.sqrt(before * after)
 
     def _time_all(self, workload: Workload, configs: list[Config], builds: list[BuildResult],
                   opts: MeasureOptions) -> list[MeasureResult]:
