@@ -133,8 +133,9 @@ class Record:
     def calibration(self) -> Optional[float]:
         """The calibration kernel's seconds as this record's batch was timed (its result's
         ``calibration``; None for a record written without one, before 2026-12-06 13:50 UTC):
-        the machine's speed at that moment. A 2-vCPU VM's speed moved by 1.44x between two
-        hours of one day, so records of two moments compare as ``median / calibration``."""
+        the machine's speed at that moment. A 2-vCPU VM ran the same kernels about 1.4x faster
+        in one hour than in the one before, so records of two moments compare as ``median /
+        calibration``."""
         if not self.options:
             return None
         try:
