@@ -116,13 +116,10 @@ class Record:
         result keeps no ``first_run``). Such a time can read 30-100x too slow (a 60-us kernel's
         first run waited out a scheduler slice), so it is no measurement of the kernel: a
         world model and replay leave it out; ``tensorgym dataset remeasure`` times it again."""
-        if not (self.ok and len(self.costs) == 1 and self.options):
+        if not (self.ok and len(self.costs) == 1):
             return False
-        try:
-            opts = json.loads(self.options)
-        except ValueError:
-            return False
-        result = opts.get("result") if isinstance(opts, dict) else None
+        opts = self._options()
+        result = opts.get("result")
         if not isinstance(result, dict) or not result.get("early_stop") or "first_run" in result:
             return False
         measurer = opts.get("measurer")
@@ -136,14 +133,17 @@ class Record:
         the machine's speed at that moment. A 2-vCPU VM ran the same kernels about 1.4x faster
         in one hour than in the one before, so records of two moments compare as ``median /
         calibration``."""
-        if not self.options:
-            return None
-        try:
-            result = json.loads(self.options).get("result")
-        except (ValueError, AttributeError):
-            return None
+        result = self._options().get("result")
         value = result.get("calibration") if isinstance(result, dict) else None
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def _options(self) -> dict:
+        """The record's options as a dict; {} where it has none or they do not parse."""
+        try:
+            opts = json.loads(self.options) if self.options else {}
+        except ValueError:
+            return {}
+        return opts if isinstance(opts, dict) else {}
 
 
 class Records:
