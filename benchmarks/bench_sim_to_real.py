@@ -4,7 +4,7 @@ world model) rank search agents as the real machine does, and do its promised be
     python benchmarks/bench_sim_to_real.py --dataset data/reference.parquet \\
         [--suite corpus-test-cpu] [--tasks N | --task KEY ...] [--agents random,grid,ga,xgb,ppo] \\
         [--seeds 0,1,2] [--trials 64] [--on-miss surrogate] [--threads T] [--remeasure 3] \\
-        [--out sim_to_real.json] [--resume] [--docs DIR]
+        [--replay-speed live|X] [--out sim_to_real.json] [--resume] [--docs DIR]
 
 Per task (task by task, so that the machine's drift over a long run hits every agent of a task
 alike), every agent x seed runs twice, both times through the leaderboard harness
@@ -14,7 +14,10 @@ alike), every agent x seed runs twice, both times through the leaderboard harnes
    ``tensorgym leaderboard run ... --replay DATASET``): every trial answered by the dataset,
    misses as ``--on-miss`` says. Each entry's *replay-predicted best* is the best GFLOP/s the
    replay answered during its search (``best.gflops_search``). The track also re-measures that
-   config live (``best.gflops``): the *replay config, live* figure.
+   config live (``best.gflops``): the *replay config, live* figure. ``--replay-speed live``
+   first times the task's fastest recorded configs here and divides the replay's seconds by
+   recorded / live (``tensorgym.dataset.speed``): its promises are then in this hour's seconds,
+   which the live side is measured in; each task's factor is kept in the JSON (``speed``).
 2. **Live**: ``run_entry`` for every agent x seed with real measurements on this machine, in an
    interleaved order (round r runs seed r's entries, the agents rotated by r), then the task's
    bests re-measured together side by side in ``--remeasure`` rounds (``remeasure_bests``, as
@@ -278,6 +281,8 @@ def parse_args(argv: "Sequence[str] | None" = None) -> argparse.Namespace:
     p.add_argument("--on-miss", default="surrogate")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
     p.add_argument("--remeasure", type=int, default=3, help="rounds re-measuring bests (>= 1)")
+    p.add_argument("--replay-speed", default="1", metavar="live|X",
+                   help="divide the replay's seconds by X, or by the speed read per task here")
     p.add_argument("--out", default="sim_to_real.json")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--docs", help="a folder for each task's two leaderboard results documents")
@@ -301,7 +306,8 @@ def settings(args: argparse.Namespace, agents: list[str], seeds: list[int]) -> d
     """What a resumed run must share with the one it continues."""
     return {"suite": args.suite, "agents": agents, "seeds": seeds, "trials": args.trials,
             "dataset": str(Path(args.dataset).resolve()), "on_miss": args.on_miss,
-            "threads": args.threads, "remeasure": args.remeasure}
+            "threads": args.threads, "remeasure": args.remeasure,
+            **({} if args.replay_speed == "1" else {"replay_speed": args.replay_speed})}
 
 
 def load_done(out: Path, config: dict[str, Any], resume: bool) -> list[dict]:
@@ -333,7 +339,8 @@ def run_task(task: tuple[str, str], agents: list[str], options: RunOptions, say:
     if docs is not None:
         replay.save(docs / f"{index}-replay.json")
         live.save(docs / f"{index}-live.json")
-    return {**task_summary(task, agents, replay, live),
+    speed = replay.runs[0].dataset.get("speed", {}).get(get_workload(task[0]).key)
+    return {**task_summary(task, agents, replay, live), "speed": speed,
             "replay_s": round(t1 - t0, 1), "live_s": round(t2 - t1, 1)}
 
 
@@ -350,7 +357,9 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
     done = load_done(out, config, args.resume)
     options = RunOptions(trials=args.trials, seeds=seeds, remeasure=args.remeasure,
                          vendor=False, records=False, threads=args.threads,
-                         replay=Dataset.load(args.dataset), on_miss=args.on_miss)
+                         replay=Dataset.load(args.dataset), on_miss=args.on_miss,
+                         replay_speed=(args.replay_speed if args.replay_speed == "live"
+                                       else float(args.replay_speed)))
     say: Say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.verbose else (
         lambda m: None)
     docs = Path(args.docs) if args.docs else None
@@ -362,8 +371,10 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
         done.append(run_task(task, agents, options, say, docs, i))
         save(out, config, done)
         t = done[-1]
+        speed = (t.get("speed") or {}).get("speed")
         print(f"[{i}/{len(tasks)}] {t['label']}@{t['target']}: tau {_f(t['tau'])}, median "
-              f"ratio {_f(t['median_ratio'])}; replay {' > '.join(t['replay_ranking'])}, live "
+              f"ratio {_f(t['median_ratio'])}, speed {_f(speed)}; replay "
+              f"{' > '.join(t['replay_ranking'])}, live "
               f"{' > '.join(t['live_ranking'])} ({t['replay_s']:.0f}s replay, "
               f"{t['live_s']:.0f}s live)", flush=True)
     save(out, config, done)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -57,6 +58,18 @@ def _non_negative(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return n
+
+
+def _replay_speed(text: str) -> "float | str":
+    if text == "live":
+        return text
+    try:
+        x = float(text)
+    except ValueError:
+        x = 0.0
+    if not 0 < x < math.inf:
+        raise argparse.ArgumentTypeError(f"expected 'live' or a positive number, got {text!r}")
+    return x
 
 
 def _options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -157,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "then re-measure each best live here; ranked apart from live runs")
     run.add_argument("--on-miss", default="surrogate", choices=["surrogate", "nearest", "error"],
                      help="with --replay: how a config the dataset lacks is answered")
+    run.add_argument("--replay-speed", type=_replay_speed, default=1.0, metavar="live|X",
+                     help="with --replay: divide the replay's seconds by this machine's speed "
+                     "against the records' (X), or read it per task here (live: its fastest "
+                     "recorded configs timed again); docs/dataset.md")
     run.add_argument("--track", choices=["live", "generalization"], default="live",
                      help="generalization: score each run's best of its first k trials (--ks) "
                      "live, against the vendor and the reference tuner (xgb, run beside), with "
@@ -518,6 +535,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise UsageError("--agents is empty")
     for a in agents:
         registry.make(a)  # fail on a bad name before measuring anything
+    if args.replay is None and args.replay_speed != 1.0:
+        raise UsageError("--replay-speed scales a replay's answers: it needs --replay DATASET")
     if args.replay is not None and (args.ray is not None or args.db):
         raise UsageError("--replay does not go with --ray or --db: replayed trials are not "
                          "measurements")
@@ -529,7 +548,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     options = RunOptions(trials=args.trials, seeds=args.seeds, remeasure=args.remeasure,
                          vendor=not args.no_vendor, records=args.db, threads=args.threads,
                          ray=args.ray, journal=f"{args.out}.partial.jsonl",
-                         replay=args.replay, on_miss=args.on_miss, track=args.track,
+                         replay=args.replay, on_miss=args.on_miss,
+                         replay_speed=args.replay_speed, track=args.track,
                          ks=tuple(args.ks))
     doc = run_suite(suite, agents, options,
                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))

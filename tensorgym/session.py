@@ -33,22 +33,26 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
                   num_threads: int = 0, ray: "str | bool | None" = None,
                   dataset: Any = None, on_miss: Optional[str] = None,
                   dataset_device: Optional[str] = None, workload: Optional[Workload] = None,
-                  live: Optional[Measurer] = None, world: Any = None) -> Measurer:
+                  live: Optional[Measurer] = None, world: Any = None,
+                  replay_speed: float = 1.0) -> Measurer:
     """The measurer of ``measure`` ("live": this machine, or the Ray cluster ``ray`` — True or
     "" for a local or default one, else its address; "replay": answers from ``dataset``, misses
     answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"`` and ``world`` (a world
-    model or its directory) for ``on_miss="surrogate"``). ``num_threads``: CPU threads of
+    model or its directory) for ``on_miss="surrogate"``, its seconds divided by
+    ``replay_speed``: this machine's speed against the records', ``dataset.speed``). ``num_threads``: CPU threads of
     parallel loops (0: all)."""
     target = canonical_target(target)
     check_measure(measure, dataset, ray, on_miss, dataset_device)
     if world is not None and measure != "replay":
         raise TensorGymError("world= is the world model of measure='replay' (its misses)")
+    if replay_speed != 1.0 and measure != "replay":
+        raise TensorGymError("replay_speed= scales a replay's answers: it needs measure='replay'")
     kwargs = runtime_kwargs(target, num_threads, here=ray in (None, False))
     options = options or MeasureOptions()
     if measure == "replay":
         return ReplayMeasurer(dataset, target, on_miss or "error", device=dataset_device, live=live,
                               options=options, runtime_kwargs=kwargs, workload=workload,
-                              world=world)
+                              world=world, speed=replay_speed)
     if ray is None or ray is False:
         return LocalMeasurer(target, options, **kwargs)
     from .measure.ray import RayMeasurer  # imports ray, an optional dependency
@@ -118,8 +122,8 @@ class TuningSession:
 
     ``measurer``: a measurer to share (the session does not close it); without one the session
     makes its own on the first measurement, as ``measure`` / ``ray`` / ``dataset`` /
-    ``on_miss`` / ``dataset_device`` / ``measure_options`` / ``num_threads`` say
-    (:func:`make_measurer`). A replay's is made at once (a dataset without this task fails
+    ``on_miss`` / ``dataset_device`` / ``world`` / ``replay_speed`` / ``measure_options`` /
+    ``num_threads`` say (:func:`make_measurer`). A replay's is made at once (a dataset without this task fails
     here), with ``measurer`` as the live one that ``on_miss="measure"`` measures with.
     ``records``: a path, a ``Records``, ``None`` (the default database under the user cache dir)
     or ``False`` (keep nothing). ``use_cache``: serve configs already in the records instead of
@@ -136,7 +140,7 @@ class TuningSession:
                  measure: str = "live", ray: "str | bool | None" = None, dataset: Any = None,
                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
                  measure_options: Optional[MeasureOptions] = None,
-                 num_threads: int = 0, world: Any = None) -> None:
+                 num_threads: int = 0, world: Any = None, replay_speed: float = 1.0) -> None:
         self.workload = get_workload(workload)
         self.target = canonical_target(target)
         if budget is not None and (not is_int(budget) or budget < 1):
@@ -157,7 +161,7 @@ class TuningSession:
         self.record_options: dict = {}  # kept with each record written (e.g. by a collection)
         self._make = dict(measure=measure, options=measure_options or MeasureOptions(),
                           num_threads=num_threads, ray=ray, dataset=dataset, on_miss=on_miss,
-                          dataset_device=dataset_device, world=world)
+                          dataset_device=dataset_device, world=world, replay_speed=replay_speed)
         runtime_kwargs(self.target, num_threads, here=ray in (None, False))  # fails here
         self._measurer, self._own_measurer = measurer, measurer is None
         if measure == "replay":
@@ -170,6 +174,9 @@ class TuningSession:
             if world is not None:
                 raise TensorGymError("world= is the world model of measure='replay' (its "
                                      "misses)")
+            if replay_speed != 1.0:
+                raise TensorGymError("replay_speed= scales a replay's answers: it needs "
+                                     "measure='replay'")
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None

@@ -80,3 +80,11 @@ def test_end_to_end_on_tiny_cpu(tmp_path, capsys):
     assert "done earlier" in capsys.readouterr().out
     with pytest.raises(Exception, match="other settings"):
         sim.main([*argv[:-2], "--trials", "5", "--resume"])
+    # replay at this machine's speed: the factor read for the task is kept, and a run at the
+    # recorded speed does not resume into it
+    read = sim.main([*argv[:-2], "--replay-speed", "live", "--out", str(tmp_path / "live.json")])
+    (task,) = read["tasks"]
+    assert task["speed"]["read"] and task["speed"]["speed"] > 0 and task["speed"]["ratios"]
+    assert doc["tasks"][0]["speed"] == {"speed": 1.0, "read": False}
+    with pytest.raises(Exception, match="other settings"):
+        sim.main([*argv[:-2], "--out", str(tmp_path / "live.json"), "--resume"])

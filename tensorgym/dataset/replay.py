@@ -23,6 +23,11 @@ answers: not a measurement of this config) or ``measured``; recorded and surroga
 ``cached`` (nothing was measured now) and a records database refuses to store them as
 measurements. ``build_time`` and ``run_time`` are what the recorded measurement took (a
 surrogate answer: the task's median ones), so a caller can add up the virtual time.
+
+``speed`` (default 1) divides the seconds of every recorded and world-model answer, and of the
+reference: the machine's speed now against the records' (``speed.live_speed`` reads it), so that
+a replay promises this hour's seconds. It scales every answer alike (rewards, which are ratios to
+the reference, and rankings do not move); the vector envs answer at the recorded speed.
 """
 from __future__ import annotations
 
@@ -148,7 +153,7 @@ class ReplayMeasurer(MeasurerDefaults):
     and ``runtime_kwargs``). ``cache_dir``: where feature rows and the world model are kept
     (default: ``<dataset>.cache`` beside it). ``world``: the world model of
     ``on_miss="surrogate"`` (a ``WorldModel`` or a saved one's directory; default: fitted on this
-    dataset)."""
+    dataset). ``speed``: the module docstring's (> 0)."""
 
     timed = False  # its answers were timed when the dataset was collected
 
@@ -157,9 +162,14 @@ class ReplayMeasurer(MeasurerDefaults):
                  resample: bool = True, live: Any = None,
                  options: Optional[MeasureOptions] = None,
                  runtime_kwargs: Optional[dict] = None, cache_dir: Optional[str] = None,
-                 workload: Optional[Workload] = None, world: Any = None) -> None:
+                 workload: Optional[Workload] = None, world: Any = None,
+                 speed: float = 1.0) -> None:
         if on_miss not in ON_MISS:
             raise TensorGymError(f"unknown on_miss {on_miss!r}; use one of {', '.join(ON_MISS)}")
+        if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and 0 < speed < math.inf):
+            raise TensorGymError(f"speed must be a positive number (recorded seconds over this "
+                                 f"machine's now), got {speed!r}")
+        self.speed = float(speed)
         self.dataset = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
         self.target_info = get_target(target)
         self.target = self.target_info.kind
@@ -246,7 +256,8 @@ class ReplayMeasurer(MeasurerDefaults):
     def describe(self) -> dict:
         return {"target": self.target, "device": self.device, "replay": self.dataset.path,
                 "dataset_digest": self.dataset.digest, "on_miss": self.on_miss,
-                "resample": self.resample, **asdict(self.options)}
+                "resample": self.resample, "speed": self.speed,
+                **asdict(self.options)}
 
     def close(self) -> None:
         if self._own_live and self._live is not None:
@@ -263,7 +274,8 @@ class ReplayMeasurer(MeasurerDefaults):
         # measurer if it needs one
         return (_new_replay, (self.dataset, self.target, self.on_miss, self.device, self._seed,
                               self.resample, None, self.options, self.runtime_kwargs,
-                              self._cache_dir, None, self._world_spec), self._rng.getstate())
+                              self._cache_dir, None, self._world_spec, self.speed),
+                self._rng.getstate())
 
     def __setstate__(self, state: Any) -> None:
         self._rng.setstate(state)
@@ -278,7 +290,7 @@ class ReplayMeasurer(MeasurerDefaults):
         if p is None:
             r = self.measure(workload, [config])[0]
         else:
-            costs = [c for s in task.samples[p] if s.ok for c in s.costs]
+            costs = [c / self.speed for s in task.samples[p] if s.ok for c in s.costs]
             r = ReplayResult(config, tuple(costs), flops=workload.flops)
             if not costs:
                 r = replace(r, error=task.samples[p][0].error)
@@ -481,6 +493,8 @@ class ReplayMeasurer(MeasurerDefaults):
     def _recorded(self, task: ReplayTask, p: int, config: Config,
                   n: Optional[int] = None) -> MeasureResult:
         s, costs = self.draw(task, p, n=n)
+        if self.speed != 1.0:
+            costs = tuple(c / self.speed for c in costs)
         return ReplayResult(config, costs, s.error, s.error_msg, task.flops,
                             s.build_time, s.run_time, s.timestamp, cached=True,
                             source="recorded")
@@ -523,7 +537,7 @@ class ReplayMeasurer(MeasurerDefaults):
         seconds, failed = self.predict_misses(task, configs)
         build, run = task.median_times() if task.configs else self._device_times()
         code = self.failure_code()
-        return [ReplayResult(c, () if bad else (float(t),),
+        return [ReplayResult(c, () if bad else (float(t) / self.speed,),
                              code if bad else ErrorCode.NO_ERROR,
                              "the world model predicts a failure" if bad else "",
                              task.workload.flops, build, run, 0.0, cached=True,

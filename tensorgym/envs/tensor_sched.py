@@ -165,8 +165,8 @@ class TensorSchedEnv(gym.Env):
     ``None`` for the default database under the user cache dir, ``False`` for none),
     ``use_cache``, ``measure_options``, ``measurer`` (share one between envs), ``num_threads``
     (CPU threads of parallel loops; 0 = all cores), ``confirm_best``, ``early_stop``,
-    ``measure`` ("live" or "replay") with ``dataset``, ``on_miss`` and ``dataset_device``, and
-    ``budget_seconds``.
+    ``measure`` ("live" or "replay") with ``dataset``, ``on_miss``, ``dataset_device``,
+    ``world`` and ``replay_speed`` (tensorgym.dataset.speed), and ``budget_seconds``.
 
     ## Measurements
     Each trial is measured by the session's measurer (docs/measurement.md): a would-be best is

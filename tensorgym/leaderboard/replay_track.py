@@ -7,11 +7,17 @@ the dataset's XGBoost model of the time on the config's own features) or ``neare
 recorded config differing in fewest knobs). Both are marked ``surrogate`` in each trial's
 ``source``. ``measure`` is refused: it would put live measurements into a replay run; ``error``
 only suits agents that propose recorded configs.
+
+``RunOptions.replay_speed`` divides the replay's seconds by this machine's speed against the
+records' (``tensorgym.dataset.speed``): a number for every task, or ``"live"``, read for each task
+here, before its entries, from its fastest recorded configs timed live. The run's ``dataset``
+keeps each task's factor (``speed``), so the search figures say in whose seconds they are.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer, Measurer
@@ -38,6 +44,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
     if options.on_miss not in REPLAY_ON_MISS:
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
                              f"use one of {', '.join(REPLAY_ON_MISS)}")
+    check_replay_speed(options.replay_speed)
     if options.remeasure < 1:
         raise TensorGymError("a replay leaderboard reports only live re-measurements of each "
                              "best: remeasure must be >= 1")
@@ -59,20 +66,31 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                                  seeds, info, track="replay",
                                  dataset={"path": data.path, "digest": data.digest,
                                           "device": info["name"], "on_miss": options.on_miss,
-                                          "records": len(data)})
+                                          "records": len(data), "speed": {}})
     missing = [f"{w}@{t}" for w, t in suite.tasks
                if not data.by_task.get(Task(get_workload(w).key, t, devices[t]))]
     if missing and options.on_miss != "surrogate":  # the world model answers such tasks
         raise TensorGymError(f"dataset {data.path} has no records of {', '.join(missing)} on "
                              f"this device; on_miss='surrogate' answers them by the world model")
+    if missing and options.replay_speed == "live":
+        raise TensorGymError(f"replay_speed='live' times each task's recorded configs here, and "
+                             f"dataset {data.path} has no records of {', '.join(missing)}: give "
+                             "a number, or a suite the dataset holds")
     measurers: dict[str, Measurer] = {}
     try:
         for workload, target in suite.tasks:
             if target not in measurers:
                 measurers[target] = LocalMeasurer(target, **runtime_options(target, options.threads))
+            speed = task_speed(data, workload, target, devices[target], options,
+                               measurers[target])
+            runs[target].dataset["speed"][get_workload(workload).key] = speed
+            if speed["read"]:
+                say(f"{get_workload(workload).label}@{target}: this machine runs at "
+                    f"{speed['speed']:.2f}x the records' speed; the replay answers at it")
             entry_options = replace(options, remeasure=0, records=False, session_options={
                 **options.session_options, "measure": "replay", "dataset": data,
-                "on_miss": options.on_miss, "dataset_device": devices[target]})
+                "on_miss": options.on_miss, "dataset_device": devices[target],
+                "replay_speed": speed["speed"]})
             entries = []
             for agent in agents:
                 for seed in seeds:
@@ -94,6 +112,30 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
         for m in measurers.values():
             m.close()
     return ResultsDoc(list(runs.values()))
+
+
+def check_replay_speed(speed: "float | str") -> None:
+    if speed == "live":
+        return
+    if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and 0 < speed < math.inf):
+        raise TensorGymError(f"replay_speed is 'live' or a positive number (recorded seconds "
+                             f"over this machine's now), not {speed!r}")
+
+
+def task_speed(data: Any, workload: str, target: str, device: str, options: "RunOptions",
+               measurer: Measurer) -> dict[str, Any]:
+    """The speed a task's replay answers at: ``options.replay_speed``, or read live here."""
+    if options.replay_speed != "live":
+        return {"speed": float(options.replay_speed), "read": False}
+    from tensorgym.dataset.replay import ReplayMeasurer
+    from tensorgym.dataset.speed import live_speed
+
+    replay = ReplayMeasurer(data, target, options.on_miss, device=device)
+    try:
+        reading = live_speed(replay, get_workload(workload), measurer)
+    finally:
+        replay.close()
+    return {**reading.to_json(), "read": True}
 
 
 def _sources(e: Entry) -> str:

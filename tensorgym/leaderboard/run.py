@@ -43,6 +43,9 @@ class RunOptions:
     journal: "str | None" = None  # with ray: entries done so far, read back to resume
     replay: Any = None  # a dataset (path or loaded Dataset): trials answered from it (the replay track)
     on_miss: str = "surrogate"  # replay: how configs the dataset lacks are answered
+    # replay: seconds divided by this machine's speed against the records' (dataset.speed):
+    # a number for every task, or "live" to read each task's here before its entries
+    replay_speed: "float | str" = 1.0
     track: str = "live"  # "generalization": scored at each k of ``ks`` (leaderboard.generalization)
     ks: tuple[int, ...] = (8, 32, 128)
 
