@@ -42,6 +42,8 @@ Definitions (per task; an agent's figure is its mean over seeds):
 
 Summary: the mean tau over tasks (null taus left out, and counted) and the median ratio over
 every task x agent; the issue's targets are mean tau >= 0.6 and a median ratio within 20% of 1.
+With ``--replay-speed``, also the median speed over tasks and the median ratio at the records'
+speed (each ratio divided by its task's speed: what replay would have promised unscaled).
 
 The JSON (``--out``) is rewritten after each task; ``--resume`` keeps the tasks it holds (the
 same agents, seeds, trials, dataset, on_miss, threads and remeasure rounds, else it refuses) and
@@ -220,12 +222,23 @@ def summary(tasks: list[dict]) -> dict[str, Any]:
                 if r["promise"] is not None]
     mean_tau = statistics.fmean(taus) if taus else None
     median_ratio = statistics.median(ratios) if ratios else None
+    # what the ratio would have been at the records' speed: every replay answer of a task is
+    # divided by its speed, so its promised GFLOP/s are the recorded ones times the speed
+    unscaled = [r["ratio"] / _speed(t) for t in tasks for r in t["agents"].values()
+                if r["ratio"] is not None]
     return {"tasks": len(tasks), "tasks_without_tau": len(tasks) - len(taus),
             "mean_tau": mean_tau, "median_ratio": median_ratio,
+            "median_ratio_at_recorded_speed": statistics.median(unscaled) if unscaled else None,
+            "median_speed": (statistics.median(_speed(t) for t in tasks) if tasks else None),
             "median_promise": statistics.median(promises) if promises else None,
             "tau_target_met": mean_tau is not None and mean_tau >= TARGET_TAU,
             "ratio_target_met": (median_ratio is not None
                                  and abs(median_ratio - 1) <= TARGET_RATIO_TOLERANCE)}
+
+
+def _speed(task: dict) -> float:
+    """The factor a task's replay answers were divided by (1 in files from before it was kept)."""
+    return float((task.get("speed") or {}).get("speed", 1.0))
 
 
 # --- tables ------------------------------------------------------------------------------------
@@ -236,8 +249,8 @@ def _f(v: Optional[float], fmt: str = ".2f") -> str:
 
 def table(tasks: list[dict], agents: Sequence[str]) -> str:
     """Markdown: one row per task (tau, median ratio, ratio per agent), then the summary."""
-    head = ["task", "tau", "median ratio", *(f"{a} ratio" for a in agents)]
-    rows = [[t["label"], _f(t["tau"]), _f(t["median_ratio"]),
+    head = ["task", "speed", "tau", "median ratio", *(f"{a} ratio" for a in agents)]
+    rows = [[t["label"], _f(_speed(t)), _f(t["tau"]), _f(t["median_ratio"]),
              *(_f(t["agents"][a]["ratio"]) for a in agents)] for t in tasks]
     return _markdown(head, rows)
 
@@ -263,7 +276,9 @@ def summary_text(s: dict[str, Any]) -> str:
             f"(target >= {TARGET_TAU}: {'met' if s['tau_target_met'] else 'not met'}); "
             f"median ratio replay/live: {_f(s['median_ratio'], '.3f')} (target within "
             f"{TARGET_RATIO_TOLERANCE:.0%} of 1: {'met' if s['ratio_target_met'] else 'not met'});"
-            f" median promise: {_f(s['median_promise'], '.3f')}")
+            f" median promise: {_f(s['median_promise'], '.3f')}; median speed (recorded / live "
+            f"seconds): {_f(s.get('median_speed'), '.3f')}, the ratio at the records' speed: "
+            f"{_f(s.get('median_ratio_at_recorded_speed'), '.3f')}")
 
 
 # --- the command -------------------------------------------------------------------------------

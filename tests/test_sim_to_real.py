@@ -74,7 +74,7 @@ def test_end_to_end_on_tiny_cpu(tmp_path, capsys):
     assert replay["runs"][0]["track"] == "replay" and live["runs"][0]["track"] == "live"
     assert {t["source"] for e in live["runs"][0]["entries"] for t in e["trials"]} == {"measured"}
     printed = capsys.readouterr().out
-    assert "[1/1]" in printed and "| task | tau |" in printed and "mean tau" in printed
+    assert "[1/1]" in printed and "| task | speed | tau |" in printed and "mean tau" in printed
     # resumed: the done task is kept, nothing runs again
     assert sim.main([*argv, "--resume"])["tasks"] == doc["tasks"]
     assert "done earlier" in capsys.readouterr().out
@@ -88,3 +88,15 @@ def test_end_to_end_on_tiny_cpu(tmp_path, capsys):
     assert doc["tasks"][0]["speed"] == {"speed": 1.0, "read": False}
     with pytest.raises(Exception, match="other settings"):
         sim.main([*argv[:-2], "--out", str(tmp_path / "live.json"), "--resume"])
+
+
+def test_summary_undoes_each_tasks_speed_for_the_ratio_at_recorded_speed():
+    def task(speed, ratio):
+        return {"tau": 1.0, "speed": {"speed": speed, "read": True},
+                "agents": {"a": {"ratio": ratio, "promise": 1.0}}}
+
+    s = sim.summary([task(0.5, 1.0), task(2.0, 1.0), task(1.0, 0.9)])
+    assert s["median_ratio"] == 1.0 and s["median_speed"] == 1.0
+    assert s["median_ratio_at_recorded_speed"] == pytest.approx(0.9)  # 2.0, 0.5, 0.9
+    old = {"tau": 1.0, "agents": {"a": {"ratio": 0.8, "promise": 1.0}}}  # no speed kept
+    assert sim.summary([old])["median_ratio_at_recorded_speed"] == 0.8
