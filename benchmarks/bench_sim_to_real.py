@@ -18,6 +18,8 @@ alike), every agent x seed runs twice, both times through the leaderboard harnes
    first times the task's fastest recorded configs here and divides the replay's seconds by
    recorded / live (``tensorgym.dataset.speed``): its promises are then in this hour's seconds,
    which the live side is measured in; each task's factor is kept in the JSON (``speed``).
+   The live side (2.) runs first, so that this reading follows its re-measured bests at once:
+   the VM's speed moves by 2x within half an hour.
 2. **Live**: ``run_entry`` for every agent x seed with real measurements on this machine, in an
    interleaved order (round r runs seed r's entries, the agents rotated by r), then the task's
    bests re-measured together side by side in ``--remeasure`` rounds (``remeasure_bests``, as
@@ -321,7 +323,7 @@ def settings(args: argparse.Namespace, agents: list[str], seeds: list[int]) -> d
     """What a resumed run must share with the one it continues."""
     return {"suite": args.suite, "agents": agents, "seeds": seeds, "trials": args.trials,
             "dataset": str(Path(args.dataset).resolve()), "on_miss": args.on_miss,
-            "threads": args.threads, "remeasure": args.remeasure,
+            "threads": args.threads, "remeasure": args.remeasure, "order": "live, replay",
             **({} if args.replay_speed == "1" else {"replay_speed": args.replay_speed})}
 
 
@@ -345,18 +347,20 @@ def save(out: Path, config: dict[str, Any], tasks: list[dict]) -> None:
 
 def run_task(task: tuple[str, str], agents: list[str], options: RunOptions, say: Say,
              docs: "Path | None", index: int) -> dict[str, Any]:
-    """Replay, then live, for one task; its summary with the wall seconds of each side."""
+    """Live, then replay, for one task; its summary with the wall seconds of each side. Live
+    first: a speed read live by the replay track (``--replay-speed live``) is then read right
+    after the live bests were re-measured, in the same minute."""
     t0 = time.perf_counter()
-    replay = run_replay(task, agents, options, say)
-    t1 = time.perf_counter()
     live = run_live(task, agents, replace(options, replay=None), say)
+    t1 = time.perf_counter()
+    replay = run_replay(task, agents, options, say)
     t2 = time.perf_counter()
     if docs is not None:
         replay.save(docs / f"{index}-replay.json")
         live.save(docs / f"{index}-live.json")
     speed = replay.runs[0].dataset.get("speed", {}).get(get_workload(task[0]).key)
     return {**task_summary(task, agents, replay, live), "speed": speed,
-            "replay_s": round(t1 - t0, 1), "live_s": round(t2 - t1, 1)}
+            "replay_s": round(t2 - t1, 1), "live_s": round(t1 - t0, 1)}
 
 
 def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
