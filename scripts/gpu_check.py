@@ -4,17 +4,24 @@ user runs, and write one JSON file of results:
 1. install: the bindings, NVRTC and nvcc, the driver, the device (name, compute capability,
    limits), PyTorch and cuDNN;
 2. correctness: ``--check`` random valid configs of conv2d-C6, ``--held-out`` of a shape no tuner
-   was written for, and matmul configs picked to use float2/float4 loads, each built, run on
+   was written for, matmul configs picked to use float2/float4 loads, and ``--check-ops`` of each
+   newer operator's task (depthwise, grouped, dense, batch_matmul), each built, run on
    NaN-filled outputs between canaries and compared with NumPy by the measurement worker; which
-   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling) the checked
-   kernels used;
-3. tune: ``tensorgym tune W --target cuda --agent xgb --trials N --json --compare`` for each of
-   ``--workloads`` (a subprocess, as a user runs it): the reported best, its re-measurement
-   interleaved with cuDNN / cuBLAS through PyTorch, seconds per trial, failures by error code.
+   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling, double-buffered
+   and padded shared tiles) the checked kernels used;
+3. tests: the device's own test files (``TESTS``: on CUDA the kernels on the device, the broken
+   kernels' contract and ``VendorTimer``'s CUDA graphs), as pytest runs them;
+4. tune: ``tensorgym tune W --target cuda --agent xgb --trials N --json --compare`` for each of
+   ``--workloads`` (a subprocess, as a user runs it; default ResNet-18's C1-C12, matmul-1024 and
+   one task of each newer operator): the reported best, its re-measurement interleaved with
+   cuDNN / cuBLAS through PyTorch (CUDA graphs on both sides), seconds per trial, failures by
+   error code; then the summary against issue 37's targets (C1-C12 geomean and worst layer
+   against cuDNN, matmul-1024 against cuBLAS, wrong answers).
 
-    python scripts/gpu_check.py --out gpu_check.json [--trials 200] [--check 50] [--held-out 20]
+    python scripts/gpu_check.py --out gpu_check.json [--trials 64] [--check 50] [--held-out 20]
 
-``--target opencl`` runs the same on an OpenCL device (PoCL on the CPU: no vendor library).
+``--target opencl`` runs the same on an OpenCL device (PoCL on the CPU: no vendor library), the
+rehearsal of a GPU run: ``--trials 4 --check 8 --held-out 4 --check-ops 4`` takes a few minutes.
 Without a device it stops at once with the runtime's "no ... device" error (exit code 2). Exit
 code 1 when a checked kernel was wrong or failed otherwise than by its build's timeout, when a
 GPU feature went unused, or when a phase failed.
@@ -44,6 +51,15 @@ from tensorgym.workloads import get_workload
 
 #: a conv2d shape none of the templates' defaults or tests were tuned on: odd sizes, stride 2
 HELD_OUT = "conv2d:1,48,23,19,72,3,2,1"
+#: the newer operators' tasks: checked (``--check-ops`` configs each) and tuned
+NEW_OPERATORS = ("depthwise-mbv2-112", "grouped-resnext-56", "dense-bert-ffn",
+                 "batch_matmul-bert-qk")
+RESNET18 = tuple(f"conv2d-C{i}" for i in range(1, 13))
+DEFAULT_WORKLOADS = (*RESNET18, "matmul-1024", *NEW_OPERATORS)
+#: the test files that need the device, per target (pytest ``-k`` keeps the target's tests)
+TESTS = {"cuda": ("tests/test_gpu_cuda_run.py", "tests/test_kernel_contract.py",
+                  "tests/test_vendor.py"),
+         "opencl": ("tests/test_gpu_opencl.py",)}
 #: the source markers of each GPU feature, per target
 MARKERS = {
     "cuda": {"shared memory": "__shared__", "vector loads": "*(float", "unroll pragma": "#pragma unroll"},
@@ -97,6 +113,11 @@ def features(target: str, runtime, workload, config, limits) -> list[str]:
     knobs = config.values
     if knobs.get("unroll_explicit") and knobs.get("auto_unroll_max_step"):
         used.append("explicit unroll")
+    plan = gpu_plan(workload, config)
+    if plan.stages > 1:
+        used.append("double buffer")
+    if any(plan.pads):
+        used.append("padded shared rows")
     return used
 
 
@@ -117,7 +138,8 @@ def correctness(target: str, args, out: dict) -> bool:
     rng = np.random.default_rng(args.seed)
     measurer = LocalMeasurer(target, options)
     limits = measurer.runtime.limits()
-    sets = {"conv2d-C6": args.check, HELD_OUT: args.held_out, "matmul-1024 (vector loads)": 10}
+    sets = {"conv2d-C6": args.check, HELD_OUT: args.held_out, "matmul-1024 (vector loads)": 10,
+            **{name: args.check_ops for name in NEW_OPERATORS}}
     rows, use, ok = [], Counter(), True
     try:
         for name, n in sets.items():
@@ -142,7 +164,8 @@ def correctness(target: str, args, out: dict) -> bool:
     finally:
         measurer.close()
     out["correctness"] = rows
-    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll"]}
+    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll", "double buffer",
+                                           "padded shared rows"]}
     return ok and all(out["features"].values())
 
 
@@ -179,6 +202,38 @@ def tune(target: str, workload: str, args, db: Path) -> dict:
     return row
 
 
+def device_tests(target: str, args) -> dict:
+    """The target's device tests (``TESTS``), as ``pytest -q`` runs them, with its summary."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", target,
+           *TESTS[target]]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.tests_timeout)
+    lines = proc.stdout.strip().splitlines()
+    return {"command": " ".join(cmd[2:]), "returncode": proc.returncode,
+            "summary": lines[-1] if lines else "", "seconds": round(time.perf_counter() - t0, 1),
+            **({"output": proc.stdout[-4000:] + proc.stderr[-2000:]} if proc.returncode else {})}
+
+
+def targets(out: dict) -> dict:
+    """Issue 37's figures off the tunes: C1-C12's geomean and worst ratio to cuDNN, matmul-1024's
+    to cuBLAS, and the wrong answers of the correctness phase."""
+    ratios = {r["workload"]: r.get("vs_vendor") for r in out.get("tune", [])}
+    layers = [ratios.get(w) for w in RESNET18]
+    have = [x for x in layers if x]
+    summary: dict = {"wrong": sum(r["wrong"] for r in out.get("correctness", [])),
+                     "layers_compared": len(have),
+                     "resnet18_geomean": (float(np.exp(np.mean(np.log(have)))) if have else None),
+                     "resnet18_worst": min(have) if have else None,
+                     "matmul_1024": ratios.get("matmul-1024")}
+    full = len(have) == len(RESNET18)
+    summary["must"] = {
+        "zero wrong answers": summary["wrong"] == 0,
+        "C1-C12 geomean >= 1.0x cuDNN": full and summary["resnet18_geomean"] >= 1.0,
+        "every layer >= 0.8x cuDNN": full and summary["resnet18_worst"] >= 0.8,
+        "matmul-1024 >= 0.9x cuBLAS": (summary["matmul_1024"] or 0) >= 0.9}
+    return summary
+
+
 def table(out: dict) -> str:
     lines = [f"device: {out.get('install', {}).get('device')}", "",
              "| correctness | configs | correct | wrong | error codes | s |", "|---|---|---|---|---|---|"]
@@ -201,6 +256,15 @@ def table(out: dict) -> str:
                      f"{num(r['remeasured_gflops'])} | {num(r['vendor_gflops'])} "
                      f"({r['vendor_library'] or r['vendor_skipped']}) | {num(r['vs_vendor'], '.2f')}"
                      f" | {r['codes']} |")
+    t = out.get("tests")
+    if t:
+        lines.append(f"\ndevice tests ({t['command']}): {t['summary']} (exit {t['returncode']})")
+    s = out.get("targets")
+    if s:
+        lines.append(f"\nC1-C12 vs the vendor: geomean {num(s['resnet18_geomean'], '.2f')}, worst "
+                     f"{num(s['resnet18_worst'], '.2f')} ({s['layers_compared']} of 12 compared); "
+                     f"matmul-1024 {num(s['matmul_1024'], '.2f')}; wrong answers {s['wrong']}")
+        lines += [f"- {k}: {'met' if v else 'NOT met'}" for k, v in s["must"].items()]
     for phase, err in out.get("errors", {}).items():
         lines.append(f"\nphase {phase} FAILED: {err.splitlines()[-1] if err else ''}")
     return "\n".join(lines)
@@ -211,8 +275,12 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--target", default="cuda", choices=["cuda", "opencl"])
     ap.add_argument("--check", type=int, default=50, help="random conv2d-C6 configs checked")
     ap.add_argument("--held-out", type=int, default=20, help=f"random configs of {HELD_OUT}")
-    ap.add_argument("--trials", type=int, default=200, help="trials of each tune")
-    ap.add_argument("--workloads", nargs="*", default=["conv2d-C6", "matmul-1024"])
+    ap.add_argument("--check-ops", type=int, default=10,
+                    help=f"random configs of each of {', '.join(NEW_OPERATORS)}")
+    ap.add_argument("--trials", type=int, default=64, help="trials of each tune")
+    ap.add_argument("--workloads", nargs="*", default=list(DEFAULT_WORKLOADS))
+    ap.add_argument("--skip-tests", action="store_true", help="leave out the device tests phase")
+    ap.add_argument("--tests-timeout", type=float, default=300, help="seconds for the tests")
     ap.add_argument("--agent", default="xgb")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tune-timeout", type=float, default=900, help="seconds per tune")
@@ -236,7 +304,9 @@ def main(argv: "list[str] | None" = None) -> int:
         out_path.write_text(json.dumps(out, indent=1, default=str))
 
     ok = True
-    for phase in ("install", "correctness", "tune"):
+    for phase in ("install", "correctness", "tests", "tune"):
+        if phase == "tests" and args.skip_tests:
+            continue
         t0 = time.perf_counter()
         try:
             if phase == "install":
@@ -244,12 +314,16 @@ def main(argv: "list[str] | None" = None) -> int:
                 print(json.dumps(out["install"], default=str), flush=True)
             elif phase == "correctness":
                 ok &= correctness(args.target, args, out)
+            elif phase == "tests":
+                out["tests"] = device_tests(args.target, args)
+                ok &= out["tests"]["returncode"] == 0
             else:
                 out["tune"] = []
                 for w in args.workloads:
                     out["tune"].append(tune(args.target, w, args, db))
                     ok &= out["tune"][-1]["returncode"] == 0
                     save()
+                out["targets"] = targets(out)
         except Exception:  # noqa: BLE001 - the next phases still run; the error is reported
             out["errors"][phase] = traceback.format_exc()
             print(out["errors"][phase], file=sys.stderr, flush=True)

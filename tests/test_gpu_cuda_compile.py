@@ -67,3 +67,36 @@ def test_gpu_check_without_a_device_stops_at_once_and_says_what_to_use(tmp_path)
                           text=True, timeout=120)
     assert proc.returncode == 2 and not out.exists()
     assert "no CUDA device was found" in proc.stderr and "available targets here: cpu" in proc.stderr
+
+
+def _gpu_check():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_scores_issue_37s_targets_from_its_tunes():
+    g = _gpu_check()
+    assert set(g.DEFAULT_WORKLOADS) >= {*g.RESNET18, "matmul-1024", *g.NEW_OPERATORS}
+    row = {"set": "conv2d-C6", "configs": 2, "correct": 2, "wrong": 0, "codes": {}, "seconds": 1}
+    out = {"correctness": [row, row],
+           "tune": [{"workload": w, "vs_vendor": 1.0 + 0.1 * (i % 3)}
+                    for i, w in enumerate(g.RESNET18)]
+           + [{"workload": "conv2d-C1", "vs_vendor": None}]  # a retried failure counts once
+           + [{"workload": "matmul-1024", "vs_vendor": 0.85}]}
+    s = g.targets(out)
+    # the last tune of a workload holds: C1's failed rerun leaves 11 layers compared, and a
+    # Must over C1-C12 cannot be met by 11 of them
+    assert s["layers_compared"] == 11 and s["resnet18_worst"] == pytest.approx(1.0)
+    assert s["must"] == {"zero wrong answers": True, "C1-C12 geomean >= 1.0x cuDNN": False,
+                         "every layer >= 0.8x cuDNN": False, "matmul-1024 >= 0.9x cuBLAS": False}
+    out["tune"].pop(-2)
+    s = g.targets(out)
+    assert s["resnet18_geomean"] == pytest.approx((1.0 * 1.1 * 1.2) ** (1 / 3))
+    assert s["must"]["C1-C12 geomean >= 1.0x cuDNN"] and s["must"]["every layer >= 0.8x cuDNN"]
+    assert not s["must"]["matmul-1024 >= 0.9x cuBLAS"]
+    assert "matmul-1024 >= 0.9x cuBLAS: NOT met" in g.table({"correctness": [row], "targets": s})
