@@ -7,8 +7,8 @@ user runs, and write one JSON file of results:
    was written for, matmul configs picked to use float2/float4 loads, and ``--check-ops`` of each
    newer operator's task (depthwise, grouped, dense, batch_matmul), each built, run on
    NaN-filled outputs between canaries and compared with NumPy by the measurement worker; which
-   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling, double-buffered
-   and padded shared tiles) the checked kernels used;
+   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling) the checked
+   kernels used;
 3. tests: the device's own test files (``TESTS``: on CUDA the kernels on the device, the broken
    kernels' contract and ``VendorTimer``'s CUDA graphs), as pytest runs them;
 4. tune: ``tensorgym tune W --target cuda --agent xgb --trials N --json --compare`` for each of
@@ -114,11 +114,6 @@ def features(target: str, runtime, workload, config, limits) -> list[str]:
     knobs = config.values
     if knobs.get("unroll_explicit") and knobs.get("auto_unroll_max_step"):
         used.append("explicit unroll")
-    plan = gpu_plan(workload, config)
-    if plan.stages > 1:
-        used.append("double buffer")
-    if any(plan.pads):
-        used.append("padded shared rows")
     return used
 
 
@@ -165,8 +160,7 @@ def correctness(target: str, args, out: dict) -> bool:
     finally:
         measurer.close()
     out["correctness"] = rows
-    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll", "double buffer",
-                                           "padded shared rows"]}
+    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll"]}
     return ok and all(out["features"].values())
 
 
