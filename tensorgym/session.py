@@ -39,14 +39,13 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
     "" for a local or default one, else its address; "replay": answers from ``dataset``, misses
     answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"`` and ``world`` (a world
     model or its directory) for ``on_miss="surrogate"``, its seconds divided by
-    ``replay_speed``: this machine's speed against the records', ``dataset.speed``). ``num_threads``: CPU threads of
+    ``replay_speed``: this machine's speed against the records', ``dataset.speed``).
+    ``num_threads``: CPU threads of
     parallel loops (0: all)."""
     target = canonical_target(target)
-    check_measure(measure, dataset, ray, on_miss, dataset_device)
+    check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed)
     if world is not None and measure != "replay":
         raise TensorGymError("world= is the world model of measure='replay' (its misses)")
-    if replay_speed != 1.0 and measure != "replay":
-        raise TensorGymError("replay_speed= scales a replay's answers: it needs measure='replay'")
     kwargs = runtime_kwargs(target, num_threads, here=ray in (None, False))
     options = options or MeasureOptions()
     if measure == "replay":
@@ -62,7 +61,8 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
 
 
 def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = None,
-                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None) -> None:
+                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
+                  replay_speed: float = 1.0) -> None:
     """Refuse a combination of ``make_measurer``'s choices that names no measurer, or an option
     that does not apply to the one it names."""
     if measure not in MEASURE_MODES:
@@ -75,6 +75,8 @@ def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = 
     if measure == "live" and (on_miss is not None or dataset_device is not None):
         raise TensorGymError("on_miss and dataset_device are options of measure='replay'; a "
                              "live session measures every config")
+    if measure == "live" and replay_speed != 1.0:
+        raise TensorGymError("replay_speed= scales a replay's answers: it needs measure='replay'")
     if ray not in (None, False, True) and not isinstance(ray, str):
         raise TensorGymError(f"ray is an address ('auto', host:port), True or None, not "
                              f"{ray!r}")
@@ -170,13 +172,10 @@ class TuningSession:
             self._own_measurer = True  # it closes the live one only if it made it itself
             self._measurer.task(self.workload)  # a dataset without this task fails here
         else:
-            check_measure(measure, dataset, ray, on_miss, dataset_device)
+            check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed)
             if world is not None:
                 raise TensorGymError("world= is the world model of measure='replay' (its "
                                      "misses)")
-            if replay_speed != 1.0:
-                raise TensorGymError("replay_speed= scales a replay's answers: it needs "
-                                     "measure='replay'")
         self.records = (None if records is False else
                         records if isinstance(records, Records) else Records(records))
         self._reference_seconds: Optional[float] = None

@@ -63,6 +63,12 @@ MAX_MISS_ROWS = 200_000  # feature rows of missed configs kept in memory (then f
 FAIL_THRESHOLD = 0.5  # a miss the world model gives a higher probability of failing fails
 
 
+def is_speed(value: Any) -> bool:
+    """Whether ``value`` can be a replay's ``speed``: a finite positive number (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and 0 < value < math.inf)
+
+
 class ReplayMissError(TensorGymError, KeyError):
     """A config the dataset has no record of, with ``on_miss="error"``."""
 
@@ -166,7 +172,7 @@ class ReplayMeasurer(MeasurerDefaults):
                  speed: float = 1.0) -> None:
         if on_miss not in ON_MISS:
             raise TensorGymError(f"unknown on_miss {on_miss!r}; use one of {', '.join(ON_MISS)}")
-        if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and 0 < speed < math.inf):
+        if not is_speed(speed):
             raise TensorGymError(f"speed must be a positive number (recorded seconds over this "
                                  f"machine's now), got {speed!r}")
         self.speed = float(speed)

@@ -15,7 +15,6 @@ keeps each task's factor (``speed``), so the search figures say in whose seconds
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -115,9 +114,9 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
 
 
 def check_replay_speed(speed: "float | str") -> None:
-    if speed == "live":
-        return
-    if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and 0 < speed < math.inf):
+    from tensorgym.dataset.replay import is_speed
+
+    if speed != "live" and not is_speed(speed):
         raise TensorGymError(f"replay_speed is 'live' or a positive number (recorded seconds "
                              f"over this machine's now), not {speed!r}")
 
