@@ -37,10 +37,11 @@ def test_c6_space_size_and_knobs():
     space = space_for(C6, "cuda")
     assert space.name == "conv2d/gpu"
     assert [k.name for k in space.knobs] == ["tile_oc", "tile_oh", "tile_ow", "tile_rc", "tile_ry",
-                                             "tile_rx", "auto_unroll_max_step", "unroll_explicit"]
+                                             "tile_rx", "auto_unroll_max_step", "unroll_explicit",
+                                             "double_buffer", "smem_pad"]
     expected = (n_splits(128, 4) * n_splits(28, 4) ** 2 * n_splits(128, 2) * n_splits(3, 2) ** 2
-                * 4 * 2)
-    assert space.size == expected == 120 * 40 * 40 * 8 * 2 * 2 * 4 * 2
+                * 4 * 2 * 2 * 2)
+    assert space.size == expected == 120 * 40 * 40 * 8 * 2 * 2 * 4 * 2 * 2 * 2
 
 
 def test_one_space_for_both_gpu_targets():
@@ -182,3 +183,43 @@ def test_gpu_configs_featurize_in_every_fixed_length_mode():
     for mode in ("relation", "context", "config"):
         x = featurize(C6, configs, mode=mode)
         assert x.shape[0] == 3 and np.isfinite(x).all()
+
+
+def test_double_buffer_keeps_two_copies_and_one_barrier_per_step():
+    single = lower_gpu(C6, c6_values())
+    double = lower_gpu(C6, c6_values(double_buffer=1))
+    plan = gpu_plan(C6, c6_values(double_buffer=1))
+    assert plan.stages == 2 and plan.reduce_steps > 1
+    sizes = {b.name: b.size for b in (n.buffer for n in A.walk(double.body)
+                                      if isinstance(n, A.Allocate))}
+    plain = {b.name: b.size for b in (n.buffer for n in A.walk(single.body)
+                                      if isinstance(n, A.Allocate))}
+    assert sizes["pad_shared"] == 2 * plain["pad_shared"]
+    assert plan.shared_bytes == 2 * gpu_plan(C6, c6_values()).shared_bytes
+    # the prologue's barrier and one per step, against two per step
+    assert sum(isinstance(n, A.Barrier) for n in A.walk(double.body)) == 2
+    steps = [n for n in A.walk(double.body) if isinstance(n, A.For) and n.var.name == "ko"]
+    assert len(steps) == 1 and steps[0].extent == plan.reduce_steps
+    cu = render_cuda(double)
+    assert "% 2" in cu and cu.count("__syncthreads()") == 2
+
+
+def test_double_buffer_without_a_reduction_to_step_is_one_copy():
+    w = matmul(32, 48, 16)
+    space = space_for(w, "opencl")
+    one_step = {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 8, 3), "tile_rk": (1, 4, 4),
+                "auto_unroll_max_step": 0, "unroll_explicit": 0, "vec_load": 1}
+    plan = gpu_plan(w, space.from_values({**one_step, "double_buffer": 1}))
+    assert plan.reduce_steps == 1 and plan.stages == 1
+
+
+def test_smem_pad_pads_rows_and_keeps_vector_stores_aligned():
+    w = matmul(32, 48, 16)
+    space = space_for(w, "opencl")
+    base = {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 8, 3), "tile_rk": (2, 2, 4),
+            "auto_unroll_max_step": 0, "unroll_explicit": 0}
+    scalar = gpu_plan(w, space.from_values({**base, "vec_load": 1, "smem_pad": 1}))
+    vector = gpu_plan(w, space.from_values({**base, "vec_load": 4, "smem_pad": 1}))
+    assert scalar.pads == (1, 1) and vector.pads == (4, 4)
+    assert scalar.shared_buffer_shape(0) == (16, 9) and vector.shared_buffer_shape(1) == (8, 52)
+    assert gpu_plan(w, space.from_values({**base, "vec_load": 4})).pads == (0, 0)

@@ -11,6 +11,16 @@ One lowering serves OpenCL and CUDA. The kernel, per thread::
         barrier
       out[..] = acc[..]
 
+With ``double_buffer`` (``plan.stages == 2``) the outer reduction loops fuse into one step loop
+``ko`` and each shared tile has two copies::
+
+      load step 0 into copy 0; barrier
+      for ko: [if ko + 1 < steps: load step ko + 1 into copy (ko + 1) % 2]
+              compute on copy ko % 2; barrier
+
+Copy (ko + 1) % 2 was last read in step ko - 1, before that step's barrier, so one barrier per
+step is enough, and a block's loads of the next tiles can overlap its arithmetic.
+
 All splits are exact (factorizations), so no bounds checks are needed except in the
 cooperative load, whose last round may be partial. Indices are never negative (C division).
 """
@@ -68,15 +78,21 @@ def lower_gpu(workload: Workload, config: Config, limits: "Mapping | None" = Non
     acc_idx = tuple(A.add(A.mul(_val(vthread, ax), f[3]), _val(inner, ax)) for ax, f in acc_axes) \
         or (A.IntImm(0),)
     ops = operands(workload)
-    shared = [A.Buffer(f"{o.tensor.name}_shared", shape, "shared")
-              for o, shape in zip(ops, plan.shared_shapes)]
+    shared = [A.Buffer(f"{o.tensor.name}_shared", plan.shared_buffer_shape(i), "shared")
+              for i, o in enumerate(ops)]
+    staged = plan.stages > 1
+    ko = A.LoopVar("ko")
+    stage: tuple[A.Expr, ...] = (A.BinOp("%", ko, A.IntImm(2)),) if staged else ()
 
     tid = A.IntImm(0)
     for ax, f in plan.spatial:  # row-major over the axes' thread extents
         tid = A.add(A.mul(tid, f[2]), thread_vals.get(ax, A.IntImm(0)))
 
-    loads = [_cooperative_load(o, sh, start, tid, plan.threads_per_block, width, load_global)
-             for o, sh, width in zip(ops, shared, plan.vector_widths)]
+    def loads(prefix: tuple[A.Expr, ...]) -> A.Stmt:
+        return A.seq(*(_cooperative_load(o, sh, shape, start, tid, plan.threads_per_block, width,
+                                         load_global, prefix)
+                       for o, sh, shape, width in zip(ops, shared, plan.shared_shapes,
+                                                      plan.vector_widths)))
 
     # ---- compute nest
     reg_loops = ([(vthread[ax], f[1], "vthread") for ax, f in plan.spatial if ax in vthread]
@@ -87,14 +103,24 @@ def lower_gpu(workload: Workload, config: Config, limits: "Mapping | None" = Non
                  if red_vars[ax][-1] is not None]
     if all(len(f) == 2 for _, f in plan.reduce):  # AutoTVM's conv2d order: rci, ryi, rxi, n, f, y, x
         middle, innermost = innermost, []
-    a_sh, b_sh = (A.Load(sh, tuple(_shared_index(a, local) for a in o.index))
+    a_sh, b_sh = (A.Load(sh, stage + tuple(_shared_index(a, local) for a in o.index))
                   for o, sh in zip(ops, shared))
     update = A.Store(acc, acc_idx, A.BinOp("+", A.Load(acc, acc_idx), A.BinOp("*", a_sh, b_sh)))
     compute = _unroll(middle + reg_loops + innermost, update, plan)
-    step = A.seq(*loads, A.Barrier(), compute, A.Barrier())
     outer_red = [(red_vars[ax][0], f[0], "serial") for ax, f in plan.reduce
                  if red_vars[ax][0] is not None]
-    main = nest(outer_red, step)
+    if staged:
+        def load_step(k: A.Expr) -> A.Stmt:  # step k's tiles into copy k % 2
+            copy = A.IntImm(k.value % 2) if isinstance(k, A.IntImm) else A.BinOp("%", k, A.IntImm(2))
+            return substitute(loads((copy,)), _decompose(k, outer_red))
+
+        after = A.add(ko, A.IntImm(1))
+        step = A.seq(A.If(A.BinOp("<", after, A.IntImm(plan.reduce_steps)), load_step(after)),
+                     compute, A.Barrier())
+        main = A.seq(load_step(A.IntImm(0)), A.Barrier(),
+                     A.For(ko, plan.reduce_steps, "serial", step))
+    else:
+        main = nest(outer_red, A.seq(loads(()), A.Barrier(), compute, A.Barrier()))
 
     init = _unroll(reg_loops, A.Store(acc, acc_idx, A.FloatImm(0.0)), plan)
     out_idx = tuple(A.add(start[ax], local[ax]) for ax in out.op.axes)
@@ -137,6 +163,16 @@ def _bind(extents: Sequence[tuple[te.IterVar, int]], prefix: str):
     return values, loops
 
 
+def _decompose(k: A.Expr, loops: Sequence[tuple[A.LoopVar, int, str]]) -> dict:
+    """Each loop's index at step ``k`` of the loops fused row-major (the first outermost)."""
+    out = {}
+    for i, (var, extent, _) in enumerate(loops):
+        inner = math.prod(n for _, n, _ in loops[i + 1:])
+        e: A.Expr = A.BinOp("//", k, A.IntImm(inner)) if inner > 1 else k
+        out[var] = A.BinOp("%", e, A.IntImm(extent)) if i > 0 else e
+    return out
+
+
 def _shared_index(a, local: Mapping[te.IterVar, A.Expr]) -> A.Expr:
     e: A.Expr = A.IntImm(0)
     for ax, c in a.coefs:
@@ -144,17 +180,19 @@ def _shared_index(a, local: Mapping[te.IterVar, A.Expr]) -> A.Expr:
     return e
 
 
-def _cooperative_load(o, sh: A.Buffer, start, tid: A.Expr, nthreads: int, width: int,
-                      load_global) -> A.Stmt:
-    """Every thread copies elements ``(round * nthreads + tid) * width + lane`` of the tile."""
-    size = sh.size // width
+def _cooperative_load(o, sh: A.Buffer, shape: tuple[int, ...], start, tid: A.Expr, nthreads: int,
+                      width: int, load_global, prefix: tuple[A.Expr, ...] = ()) -> A.Stmt:
+    """Every thread copies elements ``(round * nthreads + tid) * width + lane`` of the tile
+    (``shape``: unpadded) into ``sh`` at ``prefix`` (the copy, when double-buffered)."""
+    tile = A.Buffer(sh.name, shape)  # the tile's own strides, without the rows' padding
+    size = tile.size // width
     rounds = -(-size // nthreads)
     rnd = A.LoopVar(f"{sh.name}.ld")
     lane = A.LoopVar(f"{sh.name}.vec") if width > 1 else None
     slot = A.add(A.mul(rnd, nthreads), tid) if rounds > 1 else tid
     flat = A.mul(slot, width)
     coords = []
-    for d, (extent, stride) in enumerate(zip(sh.shape, sh.strides)):
+    for d, (extent, stride) in enumerate(zip(tile.shape, tile.strides)):
         if extent == 1:
             coords.append(A.IntImm(0))
             continue
@@ -164,7 +202,7 @@ def _cooperative_load(o, sh: A.Buffer, start, tid: A.Expr, nthreads: int, width:
         coords[-1] = A.add(coords[-1], lane)
     base = [A.add(A.IntImm(a.const), _shared_index(a, start)) for a in o.index]
     src = load_global(o.tensor, tuple(A.add(b, c) for b, c in zip(base, coords)))
-    stmt: A.Stmt = A.Store(sh, tuple(coords), src)
+    stmt: A.Stmt = A.Store(sh, prefix + tuple(coords), src)
     if lane is not None:
         stmt = A.For(lane, width, "vectorized", stmt)
     if rounds * nthreads != size:

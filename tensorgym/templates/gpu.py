@@ -11,6 +11,13 @@ innermost compute loops whose trip count stays within it; ``unroll_explicit`` ch
 unroll pragma and unrolling in the loop AST. ``vec_load`` loads 2 or 4 contiguous floats per
 thread where the operand allows it (only present when some operand could).
 
+Two knobs shape the shared-memory tiles (issue 37), both off in a config written before they
+existed: ``double_buffer`` keeps two copies of each tile, so the block loads the next reduction
+step's tiles while it computes on the current ones, with one barrier per step instead of two;
+``smem_pad`` pads each tile's rows (by one float, or by the vector width where loads are vectors,
+which keeps them aligned) so that threads reading down a column of a tile whose row length is a
+multiple of 32 banks do not all hit one bank.
+
 This module also holds the pure tile arithmetic (:func:`gpu_plan`) that both the limit check and
 the lowering read, so the two can never disagree.
 """
@@ -50,6 +57,8 @@ def gpu_space(workload: Workload) -> ConfigSpace:
               other_knob("unroll_explicit", (0, 1))]
     if any(o.vector_dim is not None for o in operands(workload)):
         knobs.append(other_knob("vec_load", VECTOR_WIDTHS))
+    knobs += [other_knob("double_buffer", (0, 1), added=True),
+              other_knob("smem_pad", (0, 1), added=True)]
     return ConfigSpace(f"{workload.op}/gpu", tuple(knobs), SpaceKey(workload.key, "gpu"))
 
 
@@ -126,10 +135,23 @@ class GpuPlan:
 
     spatial: tuple[tuple[te.IterVar, tuple[int, ...]], ...]  # (axis, (block, vthread, thread, inner))
     reduce: tuple[tuple[te.IterVar, tuple[int, ...]], ...]  # (axis, (outer, [middle,] inner))
-    shared_shapes: tuple[tuple[int, ...], ...]  # one per operand
+    shared_shapes: tuple[tuple[int, ...], ...]  # one per operand: the tile, unpadded
     vector_widths: tuple[int, ...]  # per operand: 1 (scalar) or the legal vec_load width
     unroll_max_step: int
     unroll_explicit: bool
+    stages: int = 1  # copies of each shared tile: 2 with double_buffer (and a reduction to step)
+    pads: tuple[int, ...] = ()  # per operand: floats added to each row of its shared tile
+
+    @property
+    def reduce_steps(self) -> int:
+        """Outer reduction steps: how many times the block loads its shared tiles."""
+        return math.prod(f[0] for _, f in self.reduce)
+
+    def shared_buffer_shape(self, i: int) -> tuple[int, ...]:
+        """Operand ``i``'s shared allocation: (stages,) + the tile, its last dim padded."""
+        shape = self.shared_shapes[i]
+        pad = self.pads[i] if self.pads else 0
+        return (self.stages,) * (self.stages > 1) + shape[:-1] + (shape[-1] + pad,)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -149,7 +171,8 @@ class GpuPlan:
 
     @property
     def shared_bytes(self) -> int:
-        return FLOAT_BYTES * sum(math.prod(s) for s in self.shared_shapes)
+        return FLOAT_BYTES * sum(math.prod(self.shared_buffer_shape(i))
+                                 for i in range(len(self.shared_shapes)))
 
     def tile_extent(self, axis: te.IterVar) -> int:
         """Extent of ``axis`` covered by one block (spatial) or one outer step (reduction)."""
@@ -193,8 +216,11 @@ def gpu_plan(workload: Workload, config: Config) -> GpuPlan:
         shapes.append(tuple(sum(c * (plan.tile_extent(ax) - 1) for ax, c in a.coefs) + 1
                             for a in o.index))
         widths.append(_vector_width(o, plan, workload, int(v.get("vec_load", 1))))
+    stages = 2 if v.get("double_buffer", 0) and plan.reduce_steps > 1 else 1
+    pads = tuple(max(1, w) if v.get("smem_pad", 0) and len(sh) > 1 and sh[-1] > 1 else 0
+                 for sh, w in zip(shapes, widths))
     return GpuPlan(spatial, reduce, tuple(shapes), tuple(widths), plan.unroll_max_step,
-                   plan.unroll_explicit)
+                   plan.unroll_explicit, stages, pads)
 
 
 def _vector_width(o: Operand, plan: GpuPlan, workload: Workload, width: int) -> int:
@@ -282,7 +308,7 @@ def default_gpu_values(workload: Workload) -> dict:
             cap = (8 if levels == 2 else 16) if i == 0 else ax.extent
             r = max(d for d in range(1, cap + 1) if ax.extent % d == 0)
             values[f"tile_{ax.name}"] = (ax.extent // r,) + (1,) * (levels - 2) + (r,)
-    values.update(auto_unroll_max_step=0, unroll_explicit=0)
+    values.update(auto_unroll_max_step=0, unroll_explicit=0, double_buffer=0, smem_pad=0)
     if "vec_load" in {k.name for k in space.knobs}:
         values["vec_load"] = 1
     return values
