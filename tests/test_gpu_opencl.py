@@ -6,13 +6,13 @@ import pytest
 from tensorgym.lower.gpu import lower_gpu
 from tensorgym.templates import space_for
 from tensorgym.templates.gpu import DEFAULT_GPU_LIMITS, sample_valid_configs
-from tensorgym.workloads import conv2d, matmul
+from tensorgym.workloads import batch_matmul, conv2d, matmul
 
 from .gpu_builds import opencl_runtimes
 
 pytestmark = pytest.mark.opencl
 
-# (workload, configs): 50 random configs, plus 4 fixed ones below. CUDA-like limits so the same configs suit nvcc too.
+# (workload, configs): 50 random configs, plus 6 fixed ones below. CUDA-like limits so the same configs suit nvcc too.
 # Beside the three main shapes: a batch of 2 (four bound axes, fused into blockIdx.z), odd
 # matmul extents, and a 1x1 conv without padding (vector loads of the input).
 CASES = [(conv2d(1, 8, 10, 10, 16, 3, 1, 1), 14), (conv2d(1, 4, 9, 9, 8, 3, 2, 1), 12),
@@ -51,10 +51,12 @@ def fused_axis_cases():
 
 def staged_cases():
     """Double-buffered, padded shared tiles: a conv whose three outer reduction loops fuse into
-    one step loop (its padded input loaded in the prologue too), and a matmul with float4 loads
-    into padded rows, unrolled in the AST."""
+    one step loop (its padded input loaded in the prologue too), a matmul with float4 loads
+    into padded rows, unrolled in the AST, and a matmul and a batch_matmul reading B's rows as
+    float4 / float2 vectors (vec_shared)."""
     conv = conv2d(1, 8, 10, 10, 16, 3, 1, 1)
     mm = matmul(32, 48, 16)
+    bmm = batch_matmul(2, 8, 12, 16)
     return [
         (conv, space_for(conv, "opencl").from_values(
             {"tile_oc": (2, 2, 4, 1), "tile_oh": (2, 1, 5, 1), "tile_ow": (1, 2, 5, 1),
@@ -65,6 +67,14 @@ def staged_cases():
             {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 8, 3), "tile_rk": (2, 2, 4),
              "auto_unroll_max_step": 64, "unroll_explicit": 1, "vec_load": 4,
              "double_buffer": 1, "smem_pad": 1})),
+        (mm, space_for(mm, "opencl").from_values(
+            {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 6, 4), "tile_rk": (2, 2, 4),
+             "auto_unroll_max_step": 16, "unroll_explicit": 0, "vec_load": 4,
+             "double_buffer": 1, "smem_pad": 1, "vec_shared": 1})),
+        (bmm, space_for(bmm, "opencl").from_values(
+            {"tile_b": (1, 1, 2, 1), "tile_i": (2, 2, 2, 1), "tile_j": (1, 2, 4, 2),
+             "tile_rk": (3, 2, 2), "auto_unroll_max_step": 0, "unroll_explicit": 1,
+             "vec_load": 2, "double_buffer": 1, "smem_pad": 1, "vec_shared": 1})),
     ]
 
 

@@ -223,3 +223,22 @@ def test_smem_pad_pads_rows_and_keeps_vector_stores_aligned():
     assert scalar.pads == (1, 1) and vector.pads == (4, 4)
     assert scalar.shared_buffer_shape(0) == (16, 9) and vector.shared_buffer_shape(1) == (8, 52)
     assert gpu_plan(w, space.from_values({**base, "vec_load": 4})).pads == (0, 0)
+
+
+def test_vec_shared_reads_the_row_operand_as_aligned_vectors():
+    w = matmul(32, 48, 16)
+    space = space_for(w, "opencl")
+    base = {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 6, 4), "tile_rk": (2, 2, 4),
+            "auto_unroll_max_step": 16, "unroll_explicit": 0, "vec_load": 4, "vec_shared": 1}
+    plan = gpu_plan(w, space.from_values(base))
+    assert plan.shared_vector is not None and plan.shared_vector[0] == 1  # B, along j
+    assert plan.shared_vector[2] == 4
+    cl = render_opencl(lower_gpu(w, space.from_values(base)))
+    cu = render_cuda(lower_gpu(w, space.from_values(base)))
+    assert cl.count("vload4(0, (B_shared") == cu.count("float4 B_shared_v") == 1
+    # an inner factor of 3 along j, or a padded row that is no multiple of the width: scalar
+    assert gpu_plan(w, space.from_values({**base, "tile_j": (1, 2, 8, 3)})).shared_vector is None
+    assert gpu_plan(w, space.from_values({**base, "vec_load": 1, "smem_pad": 1})).shared_vector \
+        is None  # rows of 48 + 1
+    # the conv's input rows are indexed by ow * stride + rx: never vectors; no knob
+    assert "vec_shared" not in {k.name for k in space_for(C6, "cuda").knobs}

@@ -28,6 +28,7 @@ class Dialect:
     barrier: str
     work_items: dict  # "blockIdx.x" -> "get_group_id(0)" ...
     vector_copy: Callable[[int, str, str], str]  # (width, dst pointer, src pointer) -> statement
+    vector_load: Callable[[int, str], str]  # (width, pointer) -> an expression of the vector
     preamble: str = ""
     unroll_pragma: str = "#pragma unroll"
     functions: dict = field(default_factory=dict)  # te.FUNCTIONS name -> the dialect's float one
@@ -93,6 +94,9 @@ class CStyleRenderer(A.ExprPrinter):
             copy = self._vector_copy(s)
             if copy is not None:
                 return [f"{pad}{copy}"]
+            update = self._vector_update(s, depth)
+            if update is not None:
+                return update
         elif s.kind not in ("serial", "unrolled", "vthread"):
             raise ValueError(f"loop kind {s.kind!r} has no meaning in a GPU kernel")
         head = [f"{pad}{self.d.unroll_pragma}"] if s.kind != "serial" else []
@@ -114,6 +118,40 @@ class CStyleRenderer(A.ExprPrinter):
                                   f"({c_identifier(st.value.buffer.name)} + {self.visit(src)})")
         del self._names[s.var]
         return text
+
+    def _vector_update(self, s: A.For, depth: int) -> "list[str] | None":
+        """``acc[i + lane] += x * sh[j + lane]`` over all lanes (``x`` free of the lane, ``acc``
+        local) as one vector load of ``sh`` and a scalar update per lane."""
+        st = s.body
+        if not (s.extent in (2, 4) and isinstance(st, A.Store) and st.buffer.scope == "local"
+                and isinstance(st.value, A.BinOp) and st.value.op == "+"
+                and isinstance(st.value.a, A.Load) and st.value.a.buffer is st.buffer
+                and isinstance(st.value.b, A.BinOp) and st.value.b.op == "*"):
+            return None
+        lane_free = [f for f in (st.value.b.a, st.value.b.b)
+                     if not any(n is s.var for n in A.walk(f))]
+        vec = [f for f in (st.value.b.a, st.value.b.b) if isinstance(f, A.Load)
+               and f.buffer.scope == "shared"
+               and A.linear_coeff(A.flat_index(f.buffer, f.indices), s.var) == 1]
+        acc_at = A.flat_index(st.buffer, st.indices)
+        if len(lane_free) != 1 or len(vec) != 1 or A.linear_coeff(acc_at, s.var) is None:
+            return None
+        self._names[s.var] = "0"  # the vector's first lane
+        if self.visit(A.flat_index(st.buffer, st.value.a.indices)) != self.visit(acc_at):
+            del self._names[s.var]
+            return None  # not an update of the element it reads
+        pad = "  " * depth
+        name = self._name(A.LoopVar(f"{vec[0].buffer.name}_v"))
+        offset = self.visit(A.flat_index(vec[0].buffer, vec[0].indices))
+        ptr = f"({c_identifier(vec[0].buffer.name)} + {offset})"
+        x = self.visit(lane_free[0])
+        lines = [f"{pad}{{", f"{pad}  float{s.extent} {name} = {self.d.vector_load(s.extent, ptr)};"]
+        for k in range(s.extent):
+            self._names[s.var] = str(k)
+            target = f"{c_identifier(st.buffer.name)}[{self.visit(acc_at)}]"
+            lines.append(f"{pad}  {target} = ({target} + ({x} * {name}.{'xyzw'[k]}));")
+        del self._names[s.var]
+        return lines + [f"{pad}}}"]
 
     # ---------------------------------------------------------------- expressions
 

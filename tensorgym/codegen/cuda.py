@@ -17,6 +17,7 @@ CUDA = Dialect(
     barrier="__syncthreads();",
     work_items={f"{k}.{d}": f"(int){k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz"},
     vector_copy=lambda w, dst, src: f"*(float{w}*){dst} = *(const float{w}*){src};",
+    vector_load=lambda w, ptr: f"*(const float{w}*){ptr}",
     functions={"erf": "erff"},
 )
 

@@ -16,6 +16,7 @@ OPENCL = Dialect(
                 **{f"threadIdx.{d}": f"get_local_id({i})" for i, d in enumerate("xyz")}},
     # vloadn/vstoren need only scalar alignment.
     vector_copy=lambda w, dst, src: f"vstore{w}(vload{w}(0, {src}), 0, {dst});",
+    vector_load=lambda w, ptr: f"vload{w}(0, {ptr})",
 )
 
 

@@ -106,7 +106,13 @@ def lower_gpu(workload: Workload, config: Config, limits: "Mapping | None" = Non
     a_sh, b_sh = (A.Load(sh, stage + tuple(_shared_index(a, local) for a in o.index))
                   for o, sh in zip(ops, shared))
     update = A.Store(acc, acc_idx, A.BinOp("+", A.Load(acc, acc_idx), A.BinOp("*", a_sh, b_sh)))
-    compute = _unroll(middle + reg_loops + innermost, update, plan)
+    if plan.shared_vector is not None:  # vec_shared: the row axis's inner loop, as one vector
+        _, row_axis, width = plan.shared_vector
+        lanes = inner[row_axis]
+        compute = _unroll(middle + [lp for lp in reg_loops if lp[0] is not lanes] + innermost,
+                          A.For(lanes, width, "vectorized", update), plan)
+    else:
+        compute = _unroll(middle + reg_loops + innermost, update, plan)
     outer_red = [(red_vars[ax][0], f[0], "serial") for ax, f in plan.reduce
                  if red_vars[ax][0] is not None]
     if staged:

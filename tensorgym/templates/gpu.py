@@ -16,13 +16,17 @@ existed: ``double_buffer`` keeps two copies of each tile, so the block loads the
 step's tiles while it computes on the current ones, with one barrier per step instead of two;
 ``smem_pad`` pads each tile's rows (by one float, or by the vector width where loads are vectors,
 which keeps them aligned) so that threads reading down a column of a tile whose row length is a
-multiple of 32 banks do not all hit one bank.
+multiple of 32 banks do not all hit one bank. ``vec_shared`` reads an operand's shared tile as
+float2/float4 vectors in the arithmetic where a thread's register tile runs along the tile's
+rows: the ``inner`` factor of an output axis that alone indexes the operand's last dimension
+(matmul's and batch_matmul's B along ``j``), 2 or 4 wide, every vector aligned.
 
 This module also holds the pure tile arithmetic (:func:`gpu_plan`) that both the limit check and
 the lowering read, so the two can never disagree.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -59,6 +63,8 @@ def gpu_space(workload: Workload) -> ConfigSpace:
         knobs.append(other_knob("vec_load", VECTOR_WIDTHS))
     knobs += [other_knob("double_buffer", (0, 1), added=True),
               other_knob("smem_pad", (0, 1), added=True)]
+    if any(_row_axis(o, op.axes) is not None for o in operands(workload)):
+        knobs.append(other_knob("vec_shared", (0, 1), added=True))
     return ConfigSpace(f"{workload.op}/gpu", tuple(knobs), SpaceKey(workload.key, "gpu"))
 
 
@@ -141,6 +147,8 @@ class GpuPlan:
     unroll_explicit: bool
     stages: int = 1  # copies of each shared tile: 2 with double_buffer (and a reduction to step)
     pads: tuple[int, ...] = ()  # per operand: floats added to each row of its shared tile
+    # vec_shared: (operand, output axis, width) read as vectors from shared memory, or None
+    shared_vector: "tuple[int, te.IterVar, int] | None" = None
 
     @property
     def reduce_steps(self) -> int:
@@ -219,8 +227,35 @@ def gpu_plan(workload: Workload, config: Config) -> GpuPlan:
     stages = 2 if v.get("double_buffer", 0) and plan.reduce_steps > 1 else 1
     pads = tuple(max(1, w) if v.get("smem_pad", 0) and len(sh) > 1 and sh[-1] > 1 else 0
                  for sh, w in zip(shapes, widths))
-    return GpuPlan(spatial, reduce, tuple(shapes), tuple(widths), plan.unroll_max_step,
+    plan = GpuPlan(spatial, reduce, tuple(shapes), tuple(widths), plan.unroll_max_step,
                    plan.unroll_explicit, stages, pads)
+    if v.get("vec_shared", 0):
+        plan = _with_shared_vector(plan, workload)
+    return plan
+
+
+def _row_axis(o: Operand, axes: tuple) -> "te.IterVar | None":
+    """The output axis that alone indexes ``o``'s last dimension with coefficient 1, if any."""
+    last = o.index[-1]
+    if len(last.coefs) == 1 and last.coefs[0][1] == 1 and last.coefs[0][0] in axes:
+        return last.coefs[0][0]
+    return None
+
+
+def _with_shared_vector(plan: GpuPlan, workload: Workload) -> GpuPlan:
+    """``plan`` reading the first operand it can as vectors from shared memory (see the module
+    docstring): the row axis's ``inner`` factor is the width, 2 or 4, and the tile's rows
+    (padding included) keep every vector aligned."""
+    factors = dict(plan.spatial)
+    for i, o in enumerate(operands(workload)):
+        ax = _row_axis(o, workload.output.op.axes)
+        if ax is None:
+            continue
+        width = factors[ax][3]
+        row = plan.shared_buffer_shape(i)[-1]
+        if width in (2, 4) and row % width == 0:
+            return dataclasses.replace(plan, shared_vector=(i, ax, width))
+    return plan
 
 
 def _vector_width(o: Operand, plan: GpuPlan, workload: Workload, width: int) -> int:
@@ -309,6 +344,8 @@ def default_gpu_values(workload: Workload) -> dict:
             r = max(d for d in range(1, cap + 1) if ax.extent % d == 0)
             values[f"tile_{ax.name}"] = (ax.extent // r,) + (1,) * (levels - 2) + (r,)
     values.update(auto_unroll_max_step=0, unroll_explicit=0, double_buffer=0, smem_pad=0)
+    if "vec_shared" in {k.name for k in space.knobs}:
+        values["vec_shared"] = 0
     if "vec_load" in {k.name for k in space.knobs}:
         values["vec_load"] = 1
     return values
