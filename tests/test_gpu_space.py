@@ -183,6 +183,15 @@ def test_gpu_configs_featurize_in_every_fixed_length_mode():
     for mode in ("relation", "context", "config"):
         x = featurize(C6, configs, mode=mode)
         assert x.shape[0] == 3 and np.isfinite(x).all()
+    # double-buffered, padded, vector-read shared tiles featurize too
+    w = matmul(32, 48, 16)
+    staged = [space_for(w, "opencl").from_values(
+        {"tile_i": (2, 1, 4, 4), "tile_j": (1, 2, 6, 4), "tile_rk": (2, 2, 4),
+         "auto_unroll_max_step": 16, "unroll_explicit": u, "vec_load": 4, "double_buffer": 1,
+         "smem_pad": 1, "vec_shared": 1}) for u in (0, 1)]
+    for mode in ("relation", "context", "config"):
+        x = featurize(w, staged, mode=mode)
+        assert x.shape[0] == 2 and np.isfinite(x).all()
 
 
 def test_double_buffer_keeps_two_copies_and_one_barrier_per_step():
