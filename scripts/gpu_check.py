@@ -7,8 +7,8 @@ user runs, and write one JSON file of results:
    was written for, matmul configs picked to use float2/float4 loads, and ``--check-ops`` of each
    newer operator's task (depthwise, grouped, dense, batch_matmul), each built, run on
    NaN-filled outputs between canaries and compared with NumPy by the measurement worker; which
-   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling) the checked
-   kernels used;
+   GPU features (shared memory, vector loads, unroll pragmas, explicit unrolling; and, counted
+   only, double-buffered and padded tiles and vector reads of them) the checked kernels used;
 3. tests: the device's own test files (``TESTS``: on CUDA the kernels on the device, the broken
    kernels' contract and ``VendorTimer``'s CUDA graphs), as pytest runs them;
 4. tune: ``tensorgym tune W --target cuda --agent xgb --trials N --json --compare`` for each of
@@ -66,6 +66,9 @@ MARKERS = {
     "cuda": {"shared memory": "__shared__", "vector loads": "*(float", "unroll pragma": "#pragma unroll"},
     "opencl": {"shared memory": "__local", "vector loads": "vload", "unroll pragma": "#pragma unroll"},
 }
+# the shared-memory knobs' effects (issue 37), counted but not required of a small sample:
+# vector reads of shared tiles exist for matmul-like operators only
+SHARED_KNOBS = ("double-buffered tiles", "padded tile rows", "vector reads of shared tiles")
 
 
 def _version(package: str) -> "str | None":
@@ -114,6 +117,11 @@ def features(target: str, runtime, workload, config, limits) -> list[str]:
     knobs = config.values
     if knobs.get("unroll_explicit") and knobs.get("auto_unroll_max_step"):
         used.append("explicit unroll")
+    plan = gpu_plan(workload, config)
+    used += [name for name, on in (("double-buffered tiles", plan.stages > 1),
+                                   ("padded tile rows", any(plan.pads)),
+                                   ("vector reads of shared tiles", plan.shared_vector))
+             if on]
     return used
 
 
@@ -160,8 +168,9 @@ def correctness(target: str, args, out: dict) -> bool:
     finally:
         measurer.close()
     out["correctness"] = rows
-    out["features"] = {f: use[f] for f in [*MARKERS[target], "explicit unroll"]}
-    return ok and all(out["features"].values())
+    required = [*MARKERS[target], "explicit unroll"]
+    out["features"] = {f: use[f] for f in [*required, *SHARED_KNOBS]}
+    return ok and all(out["features"][f] for f in required)
 
 
 def tune(target: str, workload: str, args, db: Path) -> dict:

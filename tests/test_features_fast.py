@@ -68,6 +68,23 @@ def test_fast_rows_equal_lowering_rows_on_the_new_operators(name, target):
     _assert_fast_equals_lowering(w, configs)
 
 
+@pytest.mark.parametrize("name", ["matmul:64,64,64", "batch_matmul:3,16,8,24",
+                                  "conv2d:1,8,10,10,16,3,1,1"])
+def test_fast_rows_equal_lowering_rows_with_the_shared_memory_knobs(name):
+    """Double-buffered tiles (step ``ko + 1``'s loads, decomposed over the outer reduction
+    loops), padded rows and vector reads from shared memory: each a tree of its own."""
+    from tensorgym.features.nest_gpu import gpu_groups
+
+    w = get_workload(name)
+    space = space_for(w, "opencl")
+    configs = space.sample(np.random.default_rng(21), 120)
+    groups = gpu_groups(w, configs)
+    assert len(groups) == (4 if "vec_shared" in {k.name for k in space.knobs} else 2)
+    assert sorted(np.concatenate([idx for idx, _ in groups]).tolist()) == list(range(120))
+    assert any(c.values["smem_pad"] for c in configs)
+    _assert_fast_equals_lowering(w, configs)
+
+
 EPILOGUES = ("bias", "bias+relu", "bias+relu6", "bias+gelu", "bias+add+relu", "add")
 
 

@@ -249,5 +249,7 @@ def test_vec_shared_reads_the_row_operand_as_aligned_vectors():
     assert gpu_plan(w, space.from_values({**base, "tile_j": (1, 2, 8, 3)})).shared_vector is None
     assert gpu_plan(w, space.from_values({**base, "vec_load": 1, "smem_pad": 1})).shared_vector \
         is None  # rows of 48 + 1
+    # explicit unrolling copies the arithmetic in the AST: scalar reads there
+    assert gpu_plan(w, space.from_values({**base, "unroll_explicit": 1})).shared_vector is None
     # the conv's input rows are indexed by ow * stride + rx: never vectors; no knob
     assert "vec_shared" not in {k.name for k in space_for(C6, "cuda").knobs}

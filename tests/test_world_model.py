@@ -352,6 +352,18 @@ def test_knob_features_are_the_knobs_by_name_and_their_level_sums(workload, targ
         np.testing.assert_allclose(row, want, rtol=1e-6, atol=1e-6)
 
 
+def test_two_knobs_at_one_place_of_the_knob_features_are_refused():
+    """The GPU template's shared-memory knobs share places with CPU-only knobs (``ALIASES``);
+    a space holding both of a pair would encode two knobs as one."""
+    from tensorgym.dataset.world.encode import KnobEncoder
+    from tensorgym.space import ConfigSpace, other_knob
+
+    space = ConfigSpace("both", (other_knob("cache_write", (0, 1)),
+                                 other_knob("double_buffer", (0, 1))))
+    with pytest.raises(ValueError, match="share the knob features' place 'cache_write'"):
+        KnobEncoder(space)
+
+
 @needs_reference
 def test_fit_world_auto_keeps_the_family_that_ranks_held_out_configs_best(reference, tmp_path):
     tiny = tmp_path / "tiny.jsonl"

@@ -1,7 +1,8 @@
 """Named moves: one action space for every task, so that one policy can edit any schedule.
 
 ``MOVE_SLOTS`` is a fixed table of moves over knob *names* (``dataset.world.encode.KNOB_NAMES``,
-``ALIASES`` folding the packing knobs of every op into ``pack``): for a split knob name
+``ALIASES`` folding the packing knobs of every op into ``pack`` and placing the GPU template's
+shared-memory knobs at CPU-only names): for a split knob name
 (``tile_*``) the slots ``(name, inward|outward, pair i)`` for ``i < MAX_LEVELS - 1``, for every
 other name ``(name, down|up)``. ``NamedMoves(workload, target)`` maps each slot to the task's
 ``EditMoves(space, "factor")`` move of that name, direction and level pair, or to nothing: a

@@ -19,7 +19,10 @@ which keeps them aligned) so that threads reading down a column of a tile whose 
 multiple of 32 banks do not all hit one bank. ``vec_shared`` reads an operand's shared tile as
 float2/float4 vectors in the arithmetic where a thread's register tile runs along the tile's
 rows: the ``inner`` factor of an output axis that alone indexes the operand's last dimension
-(matmul's and batch_matmul's B along ``j``), 2 or 4 wide, every vector aligned.
+(matmul's and batch_matmul's B along ``j``), 2 or 4 wide, every vector aligned. It takes
+effect under the unroll pragma only: ``unroll_explicit`` copies the arithmetic per step in the
+loop AST, and a vector loop in each copy is one loop per copy, which the fast featurizer
+(``features/nest_gpu.py``) does not model.
 
 This module also holds the pure tile arithmetic (:func:`gpu_plan`) that both the limit check and
 the lowering read, so the two can never disagree.
@@ -63,7 +66,7 @@ def gpu_space(workload: Workload) -> ConfigSpace:
         knobs.append(other_knob("vec_load", VECTOR_WIDTHS))
     knobs += [other_knob("double_buffer", (0, 1), added=True),
               other_knob("smem_pad", (0, 1), added=True)]
-    if any(_row_axis(o, op.axes) is not None for o in operands(workload)):
+    if any(row_axis(o, op.axes) is not None for o in operands(workload)):
         knobs.append(other_knob("vec_shared", (0, 1), added=True))
     return ConfigSpace(f"{workload.op}/gpu", tuple(knobs), SpaceKey(workload.key, "gpu"))
 
@@ -229,12 +232,12 @@ def gpu_plan(workload: Workload, config: Config) -> GpuPlan:
                  for sh, w in zip(shapes, widths))
     plan = GpuPlan(spatial, reduce, tuple(shapes), tuple(widths), plan.unroll_max_step,
                    plan.unroll_explicit, stages, pads)
-    if v.get("vec_shared", 0):
+    if v.get("vec_shared", 0) and not plan.unroll_explicit:
         plan = _with_shared_vector(plan, workload)
     return plan
 
 
-def _row_axis(o: Operand, axes: tuple) -> "te.IterVar | None":
+def row_axis(o: Operand, axes: tuple) -> "te.IterVar | None":
     """The output axis that alone indexes ``o``'s last dimension with coefficient 1, if any."""
     last = o.index[-1]
     if len(last.coefs) == 1 and last.coefs[0][1] == 1 and last.coefs[0][0] in axes:
@@ -248,7 +251,7 @@ def _with_shared_vector(plan: GpuPlan, workload: Workload) -> GpuPlan:
     (padding included) keep every vector aligned."""
     factors = dict(plan.spatial)
     for i, o in enumerate(operands(workload)):
-        ax = _row_axis(o, workload.output.op.axes)
+        ax = row_axis(o, workload.output.op.axes)
         if ax is None:
             continue
         width = factors[ax][3]

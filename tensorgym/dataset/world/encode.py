@@ -106,7 +106,11 @@ KNOB_NAMES = ("tile_b", "tile_g", "tile_oc", "tile_oh", "tile_ow", "tile_i", "ti
               "unroll_max_step", "parallel", "cache_write", "inline_pad", "vector_axis", "pack",
               "auto_unroll_max_step", "unroll_explicit", "vec_load", "contiguous_writeback",
               "pad_vector")
-ALIASES = {"pack_weight": "pack", "pack_b": "pack", "pack_w": "pack"}
+# The layout above is fixed by what was trained on it (the world model, the shipped edit
+# policy), so knobs added since share the place of a knob their template never has: the GPU
+# template's shared-memory knobs (issue 37) sit at CPU-only knobs of the nearest meaning.
+ALIASES = {"pack_weight": "pack", "pack_b": "pack", "pack_w": "pack",
+           "double_buffer": "cache_write", "smem_pad": "inline_pad", "vec_shared": "vectorize"}
 SPATIAL_LEVELS, REDUCE_LEVELS = 4, 3
 KNOB_FEATURE_NAMES = (
     tuple(f"{n}_{c}" for n in KNOB_NAMES for c in ("choice",) + tuple(f"v{i}" for i in
@@ -130,9 +134,13 @@ class KnobEncoder:
                              "not fit int64")
         base = len(KNOB_NAMES) * KNOB_WIDTH
         rows = []
+        placed: dict[str, str] = {}
         for knob in space.knobs:
             full = np.zeros((knob.size, N_KNOB_FEATURES), np.float64)
             name = ALIASES.get(knob.name, knob.name)
+            if placed.setdefault(name, knob.name) != knob.name:
+                raise ValueError(f"knobs {placed[name]} and {knob.name} of space {space.label} "
+                                 f"share the knob features' place {name!r}")
             if name in KNOB_NAMES:
                 at = KNOB_NAMES.index(name) * KNOB_WIDTH
                 full[:, at:at + KNOB_WIDTH] = knob_table(knob)
