@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..space import Config
-from ..templates.gpu import REDUCE_LEVELS, row_axis, operands
+from ..templates.gpu import REDUCE_LEVELS, operands, row_axis
 from ..workloads import Workload
 from .nest import (KIND, Add, Buf, Div, Mod, Mul, Nest, Stmt, Var, _prefix, access, buffer,
                    epilogue_reads, inlined_source, merge, nest, tile_factors)
