@@ -40,8 +40,7 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
     answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"`` and ``world`` (a world
     model or its directory) for ``on_miss="surrogate"``, its seconds divided by
     ``replay_speed``: this machine's speed against the records', ``dataset.speed``).
-    ``num_threads``: CPU threads of
-    parallel loops (0: all)."""
+    ``num_threads``: CPU threads of parallel loops (0: all)."""
     target = canonical_target(target)
     check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed)
     if world is not None and measure != "replay":
