@@ -4,7 +4,8 @@ world model) rank search agents as the real machine does, and do its promised be
     python benchmarks/bench_sim_to_real.py --dataset data/reference.parquet \\
         [--suite corpus-test-cpu] [--tasks N | --task KEY ...] [--agents random,grid,ga,xgb,ppo] \\
         [--seeds 0,1,2] [--trials 64] [--on-miss surrogate] [--threads T] [--remeasure 3] \\
-        [--replay-speed live|X] [--out sim_to_real.json] [--resume] [--docs DIR]
+        [--replay-speed live|X] [--out sim_to_real.json] [--resume] [--docs DIR] \
+        [--live-from EARLIER.json]
 
 Per task (task by task, so that the machine's drift over a long run hits every agent of a task
 alike), every agent x seed runs twice, both times through the leaderboard harness
@@ -46,6 +47,13 @@ Summary: the mean tau over tasks (null taus left out, and counted) and the media
 every task x agent; the issue's targets are mean tau >= 0.6 and a median ratio within 20% of 1.
 With ``--replay-speed``, also the median speed over tasks and the median ratio at the records'
 speed (each ratio divided by its task's speed: what replay would have promised unscaled).
+
+``--live-from EARLIER.json`` runs the replay side only, against the live side of an earlier run
+of this script (same suite, agents, seeds, trials and threads): each task's live bests and the
+speed factor its replay answered at are taken from that file, so a new replay world (another
+``--on-miss``, another world model) is judged against the same live measurements, at the same
+hour's speed. The replay track still re-measures each replay best live, now: ``promise`` then
+compares replay figures in that hour's seconds with this hour's times (a diagnostic only).
 
 The JSON (``--out``) is rewritten after each task; ``--resume`` keeps the tasks it holds (the
 same agents, seeds, trials, dataset, on_miss, threads and remeasure rounds, else it refuses) and
@@ -190,11 +198,11 @@ def _ratio(a: float, b: float) -> Optional[float]:
 
 
 def task_summary(task: tuple[str, str], agents: Sequence[str], replay: ResultsDoc,
-                 live: ResultsDoc) -> dict[str, Any]:
-    """One task's figures (the module docstring defines them)."""
+                 live_best: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """One task's figures (the module docstring defines them); ``live_best``: each agent's
+    re-measured live best per seed (``by_agent(live_doc, agents, search=False)``)."""
     predicted = by_agent(replay, agents, search=True)
     replay_live = by_agent(replay, agents, search=False)
-    live_best = by_agent(live, agents, search=False)
     per_agent = {}
     for a in agents:
         p, q, m = _mean(predicted[a]), _mean(replay_live[a]), _mean(live_best[a])
@@ -304,6 +312,9 @@ def parse_args(argv: "Sequence[str] | None" = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--docs", help="a folder for each task's two leaderboard results documents")
     p.add_argument("--verbose", action="store_true", help="the harness's line per entry")
+    p.add_argument("--live-from", metavar="EARLIER.json",
+                   help="replay side only: each task's live bests and replay speed from this "
+                   "earlier output")
     return p.parse_args(argv)
 
 
@@ -324,7 +335,26 @@ def settings(args: argparse.Namespace, agents: list[str], seeds: list[int]) -> d
     return {"suite": args.suite, "agents": agents, "seeds": seeds, "trials": args.trials,
             "dataset": str(Path(args.dataset).resolve()), "on_miss": args.on_miss,
             "threads": args.threads, "remeasure": args.remeasure, "order": "live, replay",
-            **({} if args.replay_speed == "1" else {"replay_speed": args.replay_speed})}
+            **({} if args.replay_speed == "1" else {"replay_speed": args.replay_speed}),
+            **({"live_from": str(Path(args.live_from).resolve())} if args.live_from else {})}
+
+
+def load_live(path: Path, config: dict[str, Any]) -> dict[str, dict]:
+    """The tasks of an earlier run (``--live-from``), by workload key; it must share the suite,
+    agents, seeds, trials and threads (the replay side is compared with its live side)."""
+    old = json.loads(path.read_text())
+    theirs = old.get("settings", {})
+    for k in ("suite", "agents", "seeds", "trials", "threads"):
+        if theirs.get(k) != config[k]:
+            raise TensorGymError(f"{path} was run with {k}={theirs.get(k)!r}, this run with "
+                                 f"{config[k]!r}: its live side cannot be reused")
+    return {t["workload"]: t for t in old.get("tasks", [])}
+
+
+def stored_live(task: dict, agents: Sequence[str]) -> dict[str, dict[int, float]]:
+    """An earlier task summary's live bests per agent and seed."""
+    return {a: {int(s): float(v) for s, v in task["agents"][a]["seeds"]["live"].items()}
+            for a in agents}
 
 
 def load_done(out: Path, config: dict[str, Any], resume: bool) -> list[dict]:
@@ -346,21 +376,32 @@ def save(out: Path, config: dict[str, Any], tasks: list[dict]) -> None:
 
 
 def run_task(task: tuple[str, str], agents: list[str], options: RunOptions, say: Say,
-             docs: "Path | None", index: int) -> dict[str, Any]:
+             docs: "Path | None", index: int, earlier: Optional[dict] = None) -> dict[str, Any]:
     """Live, then replay, for one task; its summary with the wall seconds of each side. Live
     first: a speed read live by the replay track (``--replay-speed live``) is then read right
-    after the live bests were re-measured, in the same minute."""
+    after the live bests were re-measured, in the same minute. With ``earlier`` (the task's
+    summary in a ``--live-from`` file), only the replay side runs, at that summary's speed."""
     t0 = time.perf_counter()
-    live = run_live(task, agents, replace(options, replay=None), say)
+    if earlier is None:
+        live = run_live(task, agents, replace(options, replay=None), say)
+        live_best = by_agent(live, agents, search=False)
+    else:
+        live = None
+        live_best = stored_live(earlier, agents)
+        options = replace(options, replay_speed=_speed(earlier))
     t1 = time.perf_counter()
     replay = run_replay(task, agents, options, say)
     t2 = time.perf_counter()
     if docs is not None:
         replay.save(docs / f"{index}-replay.json")
-        live.save(docs / f"{index}-live.json")
+        if live is not None:
+            live.save(docs / f"{index}-live.json")
     speed = replay.runs[0].dataset.get("speed", {}).get(get_workload(task[0]).key)
-    return {**task_summary(task, agents, replay, live), "speed": speed,
-            "replay_s": round(t2 - t1, 1), "live_s": round(t1 - t0, 1)}
+    if earlier is not None:
+        speed = {**(earlier.get("speed") or {}), "read": False, "from": "live_from"}
+    return {**task_summary(task, agents, replay, live_best), "speed": speed,
+            "replay_s": round(t2 - t1, 1),
+            "live_s": round(t1 - t0, 1) if earlier is None else earlier.get("live_s")}
 
 
 def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
@@ -374,6 +415,7 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
     config = settings(args, agents, seeds)
     out = Path(args.out)
     done = load_done(out, config, args.resume)
+    earlier = load_live(Path(args.live_from), config) if args.live_from else None
     options = RunOptions(trials=args.trials, seeds=seeds, remeasure=args.remeasure,
                          vendor=False, records=False, threads=args.threads,
                          replay=Dataset.load(args.dataset), on_miss=args.on_miss,
@@ -387,7 +429,10 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
         if (get_workload(task[0]).key, task[1]) in keys:
             print(f"[{i}/{len(tasks)}] {task[0]}@{task[1]}: done earlier, kept", flush=True)
             continue
-        done.append(run_task(task, agents, options, say, docs, i))
+        if earlier is not None and get_workload(task[0]).key not in earlier:
+            raise TensorGymError(f"{args.live_from} has no live side of {task[0]}")
+        done.append(run_task(task, agents, options, say, docs, i,
+                             None if earlier is None else earlier[get_workload(task[0]).key]))
         save(out, config, done)
         t = done[-1]
         speed = (t.get("speed") or {}).get("speed")

@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replay", metavar="DATASET",
                      help="the replay track: answer trials from this dataset (docs/dataset.md), "
                      "then re-measure each best live here; ranked apart from live runs")
-    run.add_argument("--on-miss", default="surrogate", choices=["surrogate", "nearest", "error"],
+    run.add_argument("--on-miss", default="surrogate",
+                     choices=["surrogate", "draw", "nearest", "error"],
                      help="with --replay: how a config the dataset lacks is answered")
     run.add_argument("--replay-speed", type=_replay_speed, default=1.0, metavar="live|X",
                      help="with --replay: divide the replay's seconds by this machine's speed "

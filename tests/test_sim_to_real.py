@@ -88,6 +88,20 @@ def test_end_to_end_on_tiny_cpu(tmp_path, capsys):
     assert doc["tasks"][0]["speed"] == {"speed": 1.0, "read": False}
     with pytest.raises(Exception, match="other settings"):
         sim.main([*argv[:-2], "--out", str(tmp_path / "live.json"), "--resume"])
+    # the replay side alone, against that run's live side and at its speed
+    alone = [*argv[:-2], "--replay-speed", "live", "--on-miss", "nearest",
+             "--live-from", str(tmp_path / "live.json")]
+    again = sim.main([*alone, "--out", str(tmp_path / "again.json")])
+    (t2,) = again["tasks"]
+    assert again["settings"]["live_from"] == str((tmp_path / "live.json").resolve())
+    assert t2["speed"]["speed"] == task["speed"]["speed"] and t2["speed"]["from"] == "live_from"
+    for a in ("random", "grid"):
+        assert t2["agents"][a]["seeds"]["live"] == task["agents"][a]["seeds"]["live"]
+        assert t2["agents"][a]["ratio"] == pytest.approx(
+            t2["agents"][a]["replay_predicted"] / task["agents"][a]["live"])
+    with pytest.raises(Exception, match="trials"):
+        sim.main([*alone[:alone.index("--trials")], "--trials", "5",
+                  *alone[alone.index("--trials") + 2:], "--out", str(tmp_path / "x.json")])
 
 
 def test_summary_undoes_each_tasks_speed_for_the_ratio_at_recorded_speed():

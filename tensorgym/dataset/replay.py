@@ -13,6 +13,10 @@ is a miss, answered as ``on_miss`` says:
   of a saved one, by default fitted on this dataset's records of the device on the first miss and
   cached beside it. A predicted failure (``p_fail > 0.5``) is answered as the dataset's most
   common failure; a task the dataset has no record of is answered entirely by it;
+- ``draw``: as ``surrogate``, each config's time multiplied by its fixed draw of the world
+  model's error on held-out configs (``world/draws.py``), so that answers spread as measured
+  times do and the best of many misses is not biased slow (the default world is then calibrated
+  when fitted);
 - ``measure``: measured on this machine, which must be the dataset's device.
 
 A record whose only sample may be a kernel's cold first run (``Record.cold_only``) is no
@@ -56,10 +60,12 @@ from ..workloads import Workload
 from .cache import CacheDir, feature_code_hash, load_rows, save_rows, short_hash
 from .data import Dataset, DatasetError
 
-ON_MISS = ("error", "nearest", "surrogate", "measure")
+ON_MISS = ("error", "nearest", "surrogate", "draw", "measure")
+WORLD_MISS = ("surrogate", "draw")  # misses the world model answers
 SOURCES = ("recorded", "surrogate", "measured")
 CACHED_MODES = ("relation", "context", "config")  # feature modes kept per recorded config
 MAX_MISS_ROWS = 200_000  # feature rows of missed configs kept in memory (then forgotten)
+DRAW_SEED = 0  # of on_miss="draw": fixed, so every replay of a dataset draws alike
 FAIL_THRESHOLD = 0.5  # a miss the world model gives a higher probability of failing fails
 
 
@@ -359,7 +365,7 @@ class ReplayMeasurer(MeasurerDefaults):
         space = space_for(workload, self.target)
         task = Task(workload.key, self.target, self.device)
         recs = self.dataset.by_task.get(task) or []
-        if not recs and self.on_miss != "surrogate":
+        if not recs and self.on_miss not in WORLD_MISS:
             self.dataset.task_records(task)  # raises, saying what the dataset has
         configs: list[Config] = []
         samples: list[list[_Sample]] = []
@@ -399,7 +405,7 @@ class ReplayMeasurer(MeasurerDefaults):
                           f"{self.dataset.path} have only records of a cold first run, no "
                           "measurement: they are misses (time them again with `tensorgym "
                           "dataset remeasure --db DB` on their device)", stacklevel=3)
-        if not configs and self.on_miss != "surrogate":
+        if not configs and self.on_miss not in WORLD_MISS:
             raise DatasetError(f"dataset {self.dataset.path} has no usable records of "
                                f"{workload.label} on {self.device}")
         choices = np.array([c.choices for c in configs], np.int64).reshape(-1, len(space.knobs))
@@ -439,8 +445,10 @@ class ReplayMeasurer(MeasurerDefaults):
     def predict_miss_indices(self, task: ReplayTask,
                              indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``predict_misses`` of config indices of ``task.space``, with no ``Config`` made."""
-        pred = self.world_model().predict_indices(task.workload, self.target, indices,
-                                                  spread=False)
+        world = self.world_model()
+        pred = (world.draw_indices(task.workload, self.target, indices, DRAW_SEED)
+                if self.on_miss == "draw" else
+                world.predict_indices(task.workload, self.target, indices, spread=False))
         return np.asarray(pred.seconds, np.float64), pred.p_fail > FAIL_THRESHOLD
 
     def world_model(self) -> Any:
@@ -465,14 +473,18 @@ class ReplayMeasurer(MeasurerDefaults):
         from .world.model import MANIFEST, WorldModel
         from .world.samples import task_samples
 
-        name = f"world-{short_hash(self.device)}-{_world_code_hash()}"
+        draws = self.on_miss == "draw"
+        name = f"world-{short_hash(self.device)}-{_world_code_hash()}{'-draws' if draws else ''}"
         found = self.cache.find(f"{name}/{MANIFEST}")
         if found is not None:
             try:
                 return WorldModel.load(found.parent)
             except TensorGymError:
                 pass  # damaged: fitted again below
-        wm = WorldModel.fit(task_samples(self.dataset, self.device), seed=self._seed)
+        samples = task_samples(self.dataset, self.device)
+        wm = WorldModel.fit(samples, seed=self._seed)
+        if draws:
+            wm.calibrate(samples, seed=self._seed)
 
         def save(tmp: Any) -> None:  # a directory, renamed into place whole
             if os.path.isdir(tmp):
@@ -547,7 +559,9 @@ class ReplayMeasurer(MeasurerDefaults):
                              code if bad else ErrorCode.NO_ERROR,
                              "the world model predicts a failure" if bad else "",
                              task.workload.flops, build, run, 0.0, cached=True,
-                             source="surrogate", extra={"surrogate": "world"})
+                             source="surrogate",
+                             extra={"surrogate": "world-draw" if self.on_miss == "draw"
+                                    else "world"})
                 for c, t, bad in zip(configs, seconds, failed)]
 
     def _device_times(self) -> tuple[float, float]:

@@ -44,7 +44,8 @@ SOURCE_NAMES = ("recorded", "surrogate")
 class ReplayVectorEnv(VectorEnv):
     """``num_envs`` replay episodes of ``workload`` on ``target``, answered from ``dataset``
     (a path or a loaded ``Dataset``); misses as ``on_miss`` says ("surrogate": the world model,
-    ``world`` or the one fitted on the dataset; or "error").
+    ``world`` or the one fitted on the dataset; "draw": its answers times each config's fixed
+    draw of its error; or "error").
     ``budget``, ``reward`` and ``failure_reward`` are the single env's."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -60,9 +61,9 @@ class ReplayVectorEnv(VectorEnv):
             raise TensorGymError(f"budget must be an integer >= 1, got {budget!r}")
         if reward not in REWARDS:
             raise TensorGymError(f"unknown reward {reward!r}; use one of {REWARDS}")
-        if on_miss not in ("surrogate", "error"):
-            raise TensorGymError(f"the vector env answers misses with on_miss='surrogate' or "
-                                 f"'error', not {on_miss!r} (use the single env for "
+        if on_miss not in ("surrogate", "draw", "error"):
+            raise TensorGymError(f"the vector env answers misses with on_miss='surrogate', "
+                                 f"'draw' or 'error', not {on_miss!r} (use the single env for "
                                  "'nearest' or 'measure')")
         self.workload = get_workload(workload)
         self.replay = ReplayMeasurer(dataset, target, on_miss=on_miss, device=dataset_device,

@@ -3,8 +3,9 @@
 and only that live figure reported.
 
 A config the dataset lacks is answered as ``RunOptions.on_miss`` says: ``surrogate`` (default;
-the dataset's XGBoost model of the time on the config's own features) or ``nearest`` (the
-recorded config differing in fewest knobs). Both are marked ``surrogate`` in each trial's
+the dataset's world model of the time), ``draw`` (that model's answer times the config's fixed
+draw of its held-out error, ``tensorgym.dataset.world.draws``) or ``nearest`` (the recorded
+config differing in fewest knobs). All three are marked ``surrogate`` in each trial's
 ``source``. ``measure`` is refused: it would put live measurements into a replay run; ``error``
 only suits agents that propose recorded configs.
 
@@ -30,7 +31,7 @@ from .suites import Suite
 if TYPE_CHECKING:
     from .run import RunOptions
 
-REPLAY_ON_MISS = ("surrogate", "nearest", "error")
+REPLAY_ON_MISS = ("surrogate", "draw", "nearest", "error")
 
 
 def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions", trials: int,
@@ -68,7 +69,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                                           "records": len(data), "speed": {}})
     missing = [f"{w}@{t}" for w, t in suite.tasks
                if not data.by_task.get(Task(get_workload(w).key, t, devices[t]))]
-    if missing and options.on_miss != "surrogate":  # the world model answers such tasks
+    if missing and options.on_miss not in ("surrogate", "draw"):  # the world model answers
         raise TensorGymError(f"dataset {data.path} has no records of {', '.join(missing)} on "
                              f"this device; on_miss='surrogate' answers them by the world model")
     if missing and options.replay_speed == "live":

@@ -45,6 +45,9 @@ def add_parsers(dsub: Any) -> None:
                    "that ranks the held-out configs best)")
     f.add_argument("--all", action="store_true", help="fit on every config of every task (no "
                    "hold-out, test tasks included: no metrics are recorded)")
+    f.add_argument("--calibrate", action="store_true", help="also keep the quantiles of its "
+                   "error on a held-out share of the configs it was fitted on (one more fit), "
+                   "for replay's on_miss='draw'")
     e = dsub.add_parser("evaluate", help="compare world-model families (or judge a saved "
                         "model) on held-out configs of train tasks and on the test tasks")
     _common(e)
@@ -127,6 +130,8 @@ def _fit(args: argparse.Namespace) -> int:
     fit, _, _ = split_samples(tasks, args.seed, args.holdout)
     wm = WorldModel.fit(tasks if args.all else fit, family, args.features, args.seed)
     try:
+        if args.calibrate:
+            wm.calibrate(tasks if args.all else fit, args.seed, args.holdout)
         ev = None if args.all else evaluate_model(wm, tasks, args.seed, args.holdout)
         wm.save(args.out, dataset=_describe(data, tasks), seed=args.seed,
                 holdout=args.holdout, trained_on="all" if args.all else "train",

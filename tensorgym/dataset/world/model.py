@@ -33,10 +33,10 @@ from ...errors import TensorGymError
 from ...space import Config, ConfigSpace
 from ...templates import space_for
 from ...workloads import Workload, get_workload
-from . import models
+from . import draws, models
 from .descriptor import N_DESCRIPTOR, describe
 from .encode import N_CONFIG, N_KNOB_FEATURES, EncoderCache
-from .samples import TaskSamples
+from .samples import HOLDOUT, TaskSamples
 
 FEATURE_VERSION = 3  # bump when a descriptor or encoding column changes meaning
 FEATURES = ("knobs", "config", "relation")
@@ -142,6 +142,31 @@ class WorldModel:
         replay answers with the time and the failure only."""
         X = self.inputs(workload, target, indices)
         return self._predict(X, self._task(workload, target).log_flops, spread)
+
+    def draw_indices(self, workload: "Workload | str", target: str, indices: np.ndarray,
+                     seed: int = 0) -> Prediction:
+        """``predict_indices`` with each config's time multiplied by its fixed draw of the
+        model's held-out error (``draws.py``); needs a calibrated model (``calibrate``)."""
+        quantiles = self.manifest.get(draws.MANIFEST_KEY)
+        if not quantiles:
+            raise TensorGymError("this world model has no residual quantiles, so it cannot draw "
+                                 "answers: calibrate it (WorldModel.calibrate, or "
+                                 "`tensorgym dataset fit-world ... --calibrate`)")
+        pred = self.predict_indices(workload, target, indices, spread=False)
+        t = self._task(workload, target)
+        u = draws.config_uniforms(t.workload.key, [k.name for k in t.space.knobs],
+                                  draws.knob_choices(t.space, indices),
+                                  float(self.manifest.get(draws.RHO_KEY, 0.0)), seed)
+        return Prediction(pred.seconds * draws.draw_factors(quantiles, u), pred.p_fail,
+                          pred.spread)
+
+    def calibrate(self, tasks: Sequence[TaskSamples], seed: int = 0,
+                  share: float = HOLDOUT) -> "WorldModel":
+        """Keep the quantiles of this family's residuals on a held-out ``share`` of each task's
+        configs (one more fit, on the rest) in the manifest, for ``draw_indices``."""
+        fit = (lambda kept: WorldModel.fit(kept, self.family, self.features, seed))
+        self.manifest.update(draws.calibration(tasks, fit, seed, share))
+        return self
 
     def predict_configs(self, workload: "Workload | str", target: str,
                         configs: Sequence[Config]) -> Prediction:
