@@ -120,7 +120,7 @@ def main(argv: "Sequence[str] | None" = None) -> int:
                    help="train on this dataset's recorded measurements (docs/dataset.md)")
     p.add_argument("--train-steps", type=int, default=100_000,
                    help="with --replay: env steps of training, all workloads together")
-    p.add_argument("--on-miss", default="surrogate", choices=["surrogate", "nearest"],
+    p.add_argument("--on-miss", default="surrogate", choices=["surrogate", "draw", "nearest"],
                    help="with --replay: how configs the dataset lacks are answered")
     p.add_argument("--episode-trials", type=int, default=64,
                    help="with --replay: trials per training episode")
