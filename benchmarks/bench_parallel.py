@@ -3,12 +3,15 @@ on an empty body) and, per layer, the two-thread kernel against twice its one-th
 with the share of it that the split of the parallel loop explains (a loop of E iterations over
 T threads runs ceil(E / T) on the slowest: imbalance).
 
-    python benchmarks/bench_parallel.py --workloads conv2d-C1 conv2d-C6 --rounds 3
+    python benchmarks/bench_parallel.py --workloads conv2d-C1 conv2d-C6 --rounds 3 [--chunks 4]
 
-Each config is timed at 1 and 2 threads in interleaved rounds (alternating which goes first,
+Each config is timed at 1 thread and at 2 threads twice, its parallel loops shared as the tree
+before 2026-12-06 did (one static chunk per thread) and as now (``--chunks`` k per thread,
+claimed dynamically: ``tensorgym.codegen.llvm``), in interleaved rounds (alternating which goes first,
 re-measurement sampling: ``compare.remeasure_options``); the table gives the medians.
-``efficiency`` = GFLOP/s at 2 threads / (2 x at 1 thread); ``split bound`` is the best
-efficiency the parallel loop's split allows, E / (T ceil(E / T)).
+``efficiency`` = GFLOP/s at 2 threads / (2 x at 1 thread), for each split; ``dyn / static`` is
+the two-thread kernel's speed-up from the dynamic chunks; ``split bound`` is the best
+efficiency a static split of the parallel loop allows, E / (T ceil(E / T)).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import statistics
 import time
 
 from tensorgym import loopast as A
+from tensorgym.codegen.llvm import CHUNKS_PER_THREAD
 from tensorgym.hardware.cpu import host_cpu_name, host_isa, jit, vector_lanes
 from tensorgym.leaderboard.compare import remeasure_options
 from tensorgym.lower import lower
@@ -84,18 +88,21 @@ def bench(name: str, rounds: int, measurers: dict) -> list[dict]:
     for label, config in configs_of(name).items():
         g = {t: [] for t in measurers}
         for r in range(rounds):
-            for t in (sorted(measurers) if r % 2 == 0 else sorted(measurers, reverse=True)):
+            sides = sorted(measurers)
+            for t in sides[r % len(sides):] + sides[:r % len(sides)]:  # rotated each round
                 (res,) = measurers[t].measure(w, [config])
                 if res.ok:
                     g[t].append(res.gflops)
         if not all(g.values()):
             continue
-        g1, g2 = statistics.median(g[1]), statistics.median(g[2])
+        g1, g2 = statistics.median(g["1t"]), statistics.median(g["2t"])
+        gs = statistics.median(g["2t static"])
         extent = parallel_extent(lower(w, config))
         bound = extent / (2 * math.ceil(extent / 2)) if extent else float("nan")
         rows.append({"workload": name, "schedule": label, "gflops_1t": g1, "gflops_2t": g2,
-                     "efficiency": g2 / (2 * g1), "extent": extent, "split_bound": bound,
-                     "ms_2t": w.flops / g2 / 1e6})
+                     "gflops_2t_static": gs, "efficiency": g2 / (2 * g1),
+                     "efficiency_static": gs / (2 * g1), "dynamic_gain": g2 / gs,
+                     "extent": extent, "split_bound": bound, "ms_2t": w.flops / g2 / 1e6})
     return rows
 
 
@@ -103,28 +110,40 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", nargs="+", default=RESNET)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--chunks", type=int, default=CHUNKS_PER_THREAD,
+                   help="chunks per thread of the dynamic split (the tree's default)")
     args = p.parse_args()
     print(f"CPU {host_cpu_name()} ({host_isa()})")
     for t in (2, 1):
         print(f"empty parallel region, {t} thread(s): {region_cost_us(t):.2f} us per call")
     opts = remeasure_options(MeasureOptions(timeout=60))
-    measurers = {t: LocalMeasurer("cpu", opts, num_threads=t) for t in (1, 2)}
-    print("| workload | schedule | GFLOP/s 1t | GFLOP/s 2t | efficiency | parallel extent "
-          "| split bound | ms 2t |")
-    print("|---|---|---|---|---|---|---|---|")
-    effs = []
+    measurers = {"1t": LocalMeasurer("cpu", opts, num_threads=1),
+                 "2t static": LocalMeasurer("cpu", opts, num_threads=2, chunks_per_thread=0),
+                 "2t": LocalMeasurer("cpu", opts, num_threads=2, chunks_per_thread=args.chunks)}
+    print("| workload | schedule | GFLOP/s 1t | 2t static | 2t dynamic | efficiency static "
+          "| efficiency dynamic | dyn / static | parallel extent | split bound | ms 2t |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    effs, static_effs, gains = [], [], []
     try:
         for name in args.workloads:
             for r in bench(name, args.rounds, measurers):
                 effs.append(r["efficiency"])
+                static_effs.append(r["efficiency_static"])
+                gains.append(r["dynamic_gain"])
                 print(f"| {r['workload']} | {r['schedule']} | {r['gflops_1t']:.1f} "
-                      f"| {r['gflops_2t']:.1f} | {r['efficiency']:.3f} | {r['extent']} "
+                      f"| {r['gflops_2t_static']:.1f} | {r['gflops_2t']:.1f} "
+                      f"| {r['efficiency_static']:.3f} | {r['efficiency']:.3f} "
+                      f"| {r['dynamic_gain']:.3f} | {r['extent']} "
                       f"| {r['split_bound']:.3f} | {r['ms_2t']:.3f} |", flush=True)
     finally:
         for m in measurers.values():
             m.close()
     if effs:
-        print(f"median efficiency {statistics.median(effs):.3f} over {len(effs)} kernels")
+        print(f"median efficiency over {len(effs)} kernels: static split "
+              f"{statistics.median(static_effs):.3f}, dynamic ({args.chunks} chunks per thread) "
+              f"{statistics.median(effs):.3f}; dynamic / static: median "
+              f"{statistics.median(gains):.3f}, geomean "
+              f"{math.exp(statistics.fmean(math.log(x) for x in gains)):.3f}")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ from .conftest import SMALL_WORKLOADS
 RT = CPURuntime()
 
 
-def run_config(w, c):
+def run_config(w, c, rt=RT):
     p = lower(w, c)
-    kernel = RT.load(RT.compile(RT.render(p), p), p)
+    kernel = rt.load(rt.compile(rt.render(p), p), p)
     ins = w.random_inputs(3)
     bufs = kernel.alloc(ins)
     kernel.time(bufs, 1)
@@ -112,6 +112,25 @@ def test_parallel_loop_calls_libgomp():
     assert "GOMP_parallel" in RT.render(lower(w, c))
     assert "vmul" in RT.assembly(RT.render(lower(w, c))) or "vfmadd" in RT.assembly(
         RT.render(lower(w, c)))
+
+
+@pytest.mark.parametrize("threads,chunks", [(2, 0), (3, 1), (2, 4), (3, 16)])
+def test_parallel_loops_shared_in_any_chunks_match_numpy(threads, chunks):
+    """Static (0) or claimed dynamically, on thread counts that do not divide the extents."""
+    rt = CPURuntime(num_threads=threads, chunks_per_thread=chunks)
+    rng = np.random.default_rng(threads * 100 + chunks)
+    seen = set()
+    for w in SMALL_WORKLOADS[:3]:
+        for c in space_for(w, "cpu").sample(rng, 4) + [default_config(w, "cpu")]:
+            p, err = run_config(w, c, rt)
+            assert err <= tolerance(w), (c, err)
+            source = rt.render(p)
+            if "GOMP_parallel" in source:
+                assert ("atomicrmw add" in source) == (chunks > 0)
+            seen |= kinds(p)
+    assert "parallel" in seen
+    with pytest.raises(ValueError, match="chunks_per_thread"):
+        CPURuntime(chunks_per_thread=-1)
 
 
 def test_loads_and_stores_within_a_block_keep_memory_order():

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-from ..codegen.llvm import KERNEL_NAME, emit_llvm
+from ..codegen.llvm import CHUNKS_PER_THREAD, KERNEL_NAME, emit_llvm
 from ..errors import TargetUnavailableError
 from ..loopast import Program
 from ..processes.host import available_cpus
@@ -277,13 +277,15 @@ class CPURuntime(Runtime):
     target = "cpu"
 
     def __init__(self, num_threads: int = 0, opt_level: "int | None" = None,
-                 codegen_level: "int | None" = None, isa: "str | None" = None) -> None:
+                 codegen_level: "int | None" = None, isa: "str | None" = None,
+                 chunks_per_thread: int = CHUNKS_PER_THREAD) -> None:
         """``opt_level``: LLVM's IR pipeline (1-3; O1 and O2 build a few tenths faster but run up
         to 2x slower on some kernels, see benchmarks/bench_compile.py); None chooses per kernel:
         O3, or O1 for a source of HUGE_SOURCE_LINES or more. ``codegen_level``: the backend's
         (1-3); None chooses per kernel (:meth:`compile_info`). ``isa``: generate code for this
         instruction set (``ISAS``: ``avx2``, ``avx512``) instead of the host CPU's own; the host
-        must have it."""
+        must have it. ``chunks_per_thread``: how a parallel loop is shared (``codegen.llvm``: k
+        chunks per thread claimed dynamically, 0 one static chunk each)."""
         # 0: OMP_NUM_THREADS if set, else the cores this process may use (affinity, cgroup
         # quota), made explicit so that the device label says what the kernels really use
         self.num_threads = num_threads or _default_threads()
@@ -294,6 +296,9 @@ class CPURuntime(Runtime):
         self.codegen_level = codegen_level
         _check_isa(isa)
         self.isa = isa
+        if not isinstance(chunks_per_thread, int) or chunks_per_thread < 0:
+            raise ValueError(f"chunks_per_thread is an integer >= 0, got {chunks_per_thread!r}")
+        self.chunks_per_thread = chunks_per_thread
 
     def check_available(self) -> None:
         _init_llvm()
@@ -304,7 +309,7 @@ class CPURuntime(Runtime):
                       self.num_threads)
 
     def render(self, program: Program) -> str:
-        source = emit_llvm(program, self.num_threads)
+        source = emit_llvm(program, self.num_threads, self.chunks_per_thread)
         if any(layout is not None for layout in program.input_layouts):
             # the inputs' layouts are part of what the kernel means: two programs with the same
             # code but differently packed inputs are different kernels (sources key the caches)
