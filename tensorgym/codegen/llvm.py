@@ -15,7 +15,7 @@
   iterations are cut into about k chunks per thread, which the threads claim one by one from a
   counter (an atomic add): a thread whose core runs slower, as a VM's vCPU does while the host
   gives its sibling hyperthread to another tenant, takes fewer chunks instead of holding the
-  others at the join (on a 2-vCPU Emerald Rapids VM two-thread ResNet-18 kernels ran 8% faster
+  others at the join (on a 2-vCPU Emerald Rapids VM two-thread ResNet-18 kernels ran 7% faster
   so, benchmarks/bench_parallel.py). k = 0: each thread takes one contiguous chunk (the static
   split before).
 * within a basic block, a load of an address stored or loaded before gets that value, and a store
