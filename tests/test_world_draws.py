@@ -83,6 +83,17 @@ def test_draw_factors_follow_the_quantiles():
         draws.residual_quantiles(residuals[:49])
 
 
+def test_band_factors_read_each_configs_band():
+    flat = list(np.linspace(-1.0, 1.0, draws.QUANTILES))
+    u = np.array([0.5, 0.5, 0.5])
+    np.testing.assert_allclose(draws.band_factors({draws.MANIFEST_KEY: flat}, u,
+                                                  np.array([0.0, 0.5, 1.0])), 1.0, atol=1e-12)
+    bands = [list(np.full(draws.QUANTILES, float(b))) for b in range(4)]
+    m = {draws.MANIFEST_KEY: bands, draws.BANDS_KEY: [0.0, 0.01, 0.05, 0.25, 1.0]}
+    got = draws.band_factors(m, np.full(5, 0.3), np.array([0.0, 0.02, 0.1, 0.5, 1.0]))
+    np.testing.assert_allclose(np.log(got), [0, 1, 2, 3, 3])
+
+
 @pytest.fixture(scope="module")
 def calibrated():
     tasks = task_samples(Dataset.load(REFERENCE))
@@ -94,17 +105,22 @@ def test_a_calibrated_model_draws_each_configs_fixed_share_of_its_error(calibrat
     w = get_workload(C6)
     idx = np.random.default_rng(1).integers(0, space_for(w, "cpu").size, 4000)
     m = calibrated.manifest
-    assert len(m[draws.MANIFEST_KEY]) == draws.QUANTILES
+    assert len(m[draws.MANIFEST_KEY]) == len(draws.RANK_EDGES) - 1 == len(m[draws.BANDS_KEY]) - 1
+    assert all(len(q) == draws.QUANTILES for q in m[draws.MANIFEST_KEY])
+    assert sum(m["residual_band_configs"]) == m["residual_configs"]
     assert m["residual_configs"] >= draws.MIN_RESIDUALS and m["residual_holdout"] == 0.2
     point = calibrated.predict_indices(w, "cpu", idx)
     drawn = calibrated.draw_indices(w, "cpu", idx)
     factor = drawn.seconds / point.seconds
     assert 0 <= m[draws.RHO_KEY] < 0.95 and "residual_correlation" in m
     u = draws.config_uniforms(w.key, NAMES, draws.knob_choices(C6_SPACE, idx), m[draws.RHO_KEY])
-    np.testing.assert_allclose(factor, draws.draw_factors(m[draws.MANIFEST_KEY], u), rtol=1e-12)
+    rank = draws.predicted_ranks(calibrated, w, "cpu", point.seconds)
+    assert ((rank >= 0) & (rank <= 1)).all() and rank.min() < 0.25 < rank.max()
+    np.testing.assert_allclose(factor, draws.band_factors(m, u, rank), rtol=1e-12)
     np.testing.assert_array_equal(drawn.p_fail, point.p_fail)
     # over many configs the factors spread as the held-out residuals did
-    assert np.median(np.log(factor)) == pytest.approx(m[draws.MANIFEST_KEY][50], abs=0.1)
+    medians = [q[draws.QUANTILES // 2] for q in m[draws.MANIFEST_KEY]]
+    assert min(medians) - 0.1 <= np.median(np.log(factor)) <= max(medians) + 0.1
     calibrated.save(tmp_path / "m")
     back = WorldModel.load(tmp_path / "m")
     np.testing.assert_allclose(back.draw_indices(w, "cpu", idx).seconds, drawn.seconds,
@@ -165,7 +181,8 @@ def test_fit_world_calibrate_writes_what_replay_draws_with(tmp_path):
                         "--all", "--calibrate"])
     assert rc == 0, err
     manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
-    assert len(manifest[draws.MANIFEST_KEY]) == draws.QUANTILES and draws.RHO_KEY in manifest
+    assert len(manifest[draws.MANIFEST_KEY]) == len(draws.RANK_EDGES) - 1
+    assert draws.RHO_KEY in manifest and manifest[draws.BANDS_KEY] == list(draws.RANK_EDGES)
     w = get_workload(C6)
     replay = ReplayMeasurer(Dataset.load(REFERENCE), "cpu", on_miss="draw", world=tmp_path / "m")
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -72,6 +73,7 @@ class _Task:
     descriptor: np.ndarray
     log_flops: float
     reduce_axes: tuple[str, ...]
+    rank_reference: Optional[np.ndarray] = None  # sorted predictions of random configs
 
 
 class WorldModel:
@@ -157,8 +159,22 @@ class WorldModel:
         u = draws.config_uniforms(t.workload.key, [k.name for k in t.space.knobs],
                                   draws.knob_choices(t.space, indices),
                                   float(self.manifest.get(draws.RHO_KEY, 0.0)), seed)
-        return Prediction(pred.seconds * draws.draw_factors(quantiles, u), pred.p_fail,
-                          pred.spread)
+        rank = draws.predicted_ranks(self, t.workload, target, pred.seconds)
+        return Prediction(pred.seconds * draws.band_factors(self.manifest, u, rank),
+                          pred.p_fail, pred.spread)
+
+    def rank_reference(self, workload: "Workload | str", target: str) -> np.ndarray:
+        """Sorted predicted seconds of a fixed sample of ``draws.RANK_SAMPLE`` random configs
+        of the task (drawn from its workload key), kept per task."""
+        t = self._task(workload, target)
+        if t.rank_reference is None:
+            rng = np.random.default_rng(zlib.crc32(t.workload.key.encode()))
+            idx = rng.integers(0, t.space.size, draws.RANK_SAMPLE) if t.space.size < 2 ** 62 \
+                else np.array([t.space.sample(rng, 1)[0].index
+                               for _ in range(draws.RANK_SAMPLE)], np.int64)
+            t.rank_reference = np.sort(self.predict_indices(t.workload, target, idx,
+                                                            spread=False).seconds)
+        return t.rank_reference
 
     def calibrate(self, tasks: Sequence[TaskSamples], seed: int = 0,
                   share: float = HOLDOUT) -> "WorldModel":
