@@ -393,7 +393,9 @@ class _Emitter:
         if dynamic:
             self._claim_chunks(tb, s.extent, nthr, closure, n, ptrs, body_name)
         else:
-            lo, hi = self._chunk(tb, s.extent, nthr, tid, 1)
+            chunk = self._ceil_div(tb, s.extent, nthr)
+            lo = tb.emit(f"mul i64 {tid.ref}, {chunk.ref}", "i64")
+            hi = self._below(tb, tb.emit(f"add i64 {lo.ref}, {chunk.ref}", "i64"), s.extent)
             args = ", ".join([*(str(p) for p in ptrs), str(lo), str(hi)])
             tb.do(f"call void @\"{body_name}\"({args})")
             tb.do("ret void")
@@ -411,18 +413,11 @@ class _Emitter:
               "i32 0)")
 
     @staticmethod
-    def _chunk(tb: _Scope, extent: int, nthr: _V, first: "_V | None", parts: int
-               ) -> tuple[_V, _V]:
-        """Static: thread ``first``'s [lo, hi) of ceil(extent / nthr) iterations. Dynamic
-        (``first`` None): the grain, ceil(extent / (nthr * parts)) (hi the same)."""
-        total = tb.emit(f"mul i64 {nthr.ref}, {parts}", "i64") if parts > 1 else nthr
-        top = tb.emit(f"add i64 {extent}, {total.ref}", "i64")
-        chunk = tb.emit(f"sdiv i64 {tb.emit(f'sub i64 {top.ref}, 1', 'i64').ref}, {total.ref}",
-                        "i64")
-        if first is None:
-            return chunk, chunk
-        lo = tb.emit(f"mul i64 {first.ref}, {chunk.ref}", "i64")
-        return lo, _Emitter._below(tb, tb.emit(f"add i64 {lo.ref}, {chunk.ref}", "i64"), extent)
+    def _ceil_div(tb: _Scope, extent: int, parts: _V) -> _V:
+        """ceil(extent / parts): the iterations of one chunk."""
+        top = tb.emit(f"add i64 {extent}, {parts.ref}", "i64")
+        return tb.emit(f"sdiv i64 {tb.emit(f'sub i64 {top.ref}, 1', 'i64').ref}, {parts.ref}",
+                       "i64")
 
     @staticmethod
     def _below(tb: _Scope, v: _V, extent: int) -> _V:
@@ -433,7 +428,8 @@ class _Emitter:
                       ptrs: list, body_name: str) -> None:
         """The trampoline's loop: claim [lo, lo + grain) from the closure's counter until it
         passes the extent, running the body on each."""
-        grain, _ = self._chunk(tb, extent, nthr, None, self.chunks_per_thread)
+        chunks = tb.emit(f"mul i64 {nthr.ref}, {self.chunks_per_thread}", "i64")
+        grain = self._ceil_div(tb, extent, chunks)
         counter = tb.emit(f"getelementptr {closure}, ptr %closure, i32 0, i32 {n}", "ptr")
         fn = tb.fn
         claim, work, done = fn.new_block("claim"), fn.new_block("chunk"), fn.new_block("claimed")
