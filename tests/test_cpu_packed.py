@@ -207,6 +207,23 @@ def test_hand_derived_micro_kernels_are_configs_that_match_numpy(isa):
             assert err <= tolerance(w), (w, values, err)
 
 
+@pytest.mark.parametrize("m,k,blocked", [(128, 768, False), (128, 3072, True), (1024, 1024, True)])
+def test_gemm_seeds_sweep_the_rows_of_a_over_one_b_panel(m, k, blocked):
+    """Each parallel iteration of a GEMM seed owns one B panel and its middle tile walks A's
+    rows; A's rows are blocked in the outer tile only where all of them would not fit L2."""
+    from tensorgym.templates.cpu import GEMM_ROWS_BYTES
+
+    found = micro_kernel_values(matmul(m, 256, k), 16, 32)
+    outers = {v["tile_i"][0] for v in found}
+    assert 1 in outers and (len(outers) > 1) == blocked
+    for v in found:
+        outer, middle, rows = v["tile_i"]
+        assert outer * middle * rows == m and v["tile_j"][1] == 1
+        assert outer == 1 or (m // outer) * k * 4 <= GEMM_ROWS_BYTES
+        vectors = v["tile_j"][2] // 16
+        assert rows * vectors <= 16  # accumulators that leave registers for the loads
+
+
 def test_inputs_are_packed_for_the_kernel_once_and_checked():
     w = matmul(8, 32, 4)
     space = space_for(w, "cpu")

@@ -112,11 +112,39 @@ def test_the_runner_up_config_stands_in_when_the_best_fails(dqn_db, monkeypatch)
 
     monkeypatch.setattr(LocalMeasurer, "time_builds", best_fails)
     model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db)
+    cm = compile(model, x, dqn_db, candidates=1)
     report = cm.tensorgym_report
     assert len(report.replaced) == 5 and not report.kept
     assert all("#2 is used" in r.note and "WRONG_ANSWER" in r.note for r in report.replaced)
     same(model, cm, x.shape, n=1)
+
+
+def test_the_fastest_of_the_candidates_timed_here_runs(dqn_db, monkeypatch):
+    """With ``candidates=3`` each task's three fastest recorded configs are checked and timed
+    side by side in this process; the fastest there runs, whatever its recorded rank."""
+    from tensorgym.nn import compiled as compiled_module
+
+    real = compiled_module.fastest
+    picks = []
+
+    def spy(kernels):
+        chosen, seconds = real(kernels)
+        assert len(kernels) == 3 and seconds[chosen] == min(seconds)
+        picks.append((kernels[chosen], seconds))
+        return chosen, seconds
+
+    monkeypatch.setattr(compiled_module, "fastest", spy)
+    model, x = get_model("dqn")
+    cm = compile(model, x, dqn_db, candidates=3)
+    report = cm.tensorgym_report
+    assert len(report.replaced) == 5 and len(picks) == len(cm.tensorgym_kernels)
+    for kernel, seconds in picks:
+        assert cm.tensorgym_kernels[kernel.key] is kernel
+        assert "the fastest of 3 recorded configs" in kernel.note
+    assert {r.config_index for r in report.replaced} <= {k.config.index for k, _ in picks}
+    same(model, cm, x.shape, n=1)
+    with pytest.raises(TensorGymError, match="candidates"):
+        compile(model, x, dqn_db, candidates=0)
 
 
 def test_a_kernel_that_fails_the_check_is_refused(dqn_db, monkeypatch):
@@ -201,7 +229,8 @@ def test_bench_model_smoke(dqn_db):
 class Small(torch.nn.Module):
     """Every operator kind: a linear whose GELU follows a reshape, 2-D and 4-D matmuls of two
     activations (packed at run time where the config packs one), a depthwise conv with ReLU6,
-    a grouped conv with a folded BatchNorm, a linear whose residual add follows a reshape."""
+    a grouped conv with a folded BatchNorm, a linear whose residual add follows a reshape, the
+    same linear whose residual add follows a transpose of a dimension of size 1."""
 
     def __init__(self):
         super().__init__()
@@ -211,12 +240,13 @@ class Small(torch.nn.Module):
         self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
         self.gc = nn.Conv2d(8, 16, 3, 1, 1, groups=2)
 
-    def forward(self, x, a, b, q, k, img, r):
+    def forward(self, x, a, b, q, k, img, r, r2):
         F = torch.nn.functional
         c = F.relu6(self.dw(img))
         return (F.gelu(self.fc(x).reshape(1, 8, 4, 8)), torch.relu(torch.matmul(a, b)),
                 torch.matmul(q, k), torch.relu(self.bn(self.gc(c))),
-                self.proj(x).reshape(1, 8, 4, 4) + r)  # a residual add after a reshape
+                self.proj(x).reshape(1, 8, 4, 4) + r,  # a residual add after a reshape
+                self.proj(x).transpose(0, 1) + r2)  # ... after a transpose that keeps the order
 
 
 def test_every_operator_kind_packing_and_layout_ops(tmp_path):
@@ -228,13 +258,13 @@ def test_every_operator_kind_packing_and_layout_ops(tmp_path):
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
     shapes = [(1, 8, 16), (8, 24), (24, 32), (2, 3, 8, 16), (2, 3, 16, 8), (1, 8, 10, 10),
-              (1, 8, 4, 4)]
+              (1, 8, 4, 4), (8, 1, 16)]
     args = tuple(torch.randn(*s) for s in shapes)
     tasks = [(t.key, t.count) for t in extract_tasks(model, args).tasks]
     assert len(tasks) == 6 and "dense:8,16,16+bias+add" in dict(tasks)
     tune(tmp_path / "s.db", "small", tasks, per_task=6)
     cm = compile(model, args, str(tmp_path / "s.db"))
-    assert len(cm.tensorgym_report.replaced) == 6 and not cm.tensorgym_report.kept
+    assert len(cm.tensorgym_report.replaced) == 7 and not cm.tensorgym_report.kept
     with torch.no_grad():
         for _ in range(3):
             xs = tuple(torch.randn_like(a) for a in args)
@@ -242,6 +272,54 @@ def test_every_operator_kind_packing_and_layout_ops(tmp_path):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(Exception):  # compiled for these shapes only: refused, not a crash
         cm(*(torch.randn(2, *a.shape[1:]) if a.dim() > 2 else a for a in args))
+
+
+def test_a_transpose_keeps_the_order_only_where_it_moves_dimensions_of_size_1():
+    from tensorgym.nn.rewrite import keeps_order
+
+    class Layouts(torch.nn.Module):
+        def forward(self, x):
+            return (x.transpose(0, 1), x.transpose(1, 2), x.permute(1, 0, 2), x.permute(2, 0, 1),
+                    x.reshape(4, 6))
+
+    gm = torch.export.export(Layouts(), (torch.randn(1, 4, 6),)).module()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert [keeps_order(n) for n in nodes] == [True, False, True, False, True]
+
+
+class Attention(torch.nn.Module):
+    """Plain attention, then the same with a causal mask (which the two kernels do not do)."""
+
+    def forward(self, q, k, v):
+        F = torch.nn.functional
+        return F.scaled_dot_product_attention(q, k, v), \
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+
+
+def test_attention_runs_its_two_kernels_with_the_softmax_between(tmp_path):
+    from tensorgym.nn import extract_tasks
+
+    torch.manual_seed(0)
+    args = tuple(torch.randn(1, 2, 8, 16) for _ in range(3))
+    tasks = [(t.key, t.count) for t in extract_tasks(Attention(), args).tasks]
+    assert dict(tasks) == {"batch_matmul:2,8,16,8": 2, "batch_matmul:2,8,8,16": 2}
+    tune(tmp_path / "a.db", "attention", tasks, per_task=4)
+    with pytest.warns(CompileWarning, match="causal attention"):
+        cm = compile(Attention(), args, str(tmp_path / "a.db"))
+    report = cm.tensorgym_report
+    assert [r.key for r in report.replaced] == [k for k, _ in tasks]
+    assert len(report.kept) == 1 and report.kept[0].reason == "causal attention"
+    assert len(kernel_nodes(cm.graph)) == 2
+    with torch.no_grad():
+        for _ in range(3):
+            xs = tuple(torch.randn_like(a) for a in args)
+            for got, want in zip(cm(*xs), Attention()(*xs)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    fast = compile(Attention(), args, str(tmp_path / "a.db"), faster_only=True)
+    raced = [r.versus_pytorch for r in fast.tensorgym_report.replaced]
+    kept = [k.reason for k in fast.tensorgym_report.kept]
+    assert all(v > 1 for v in raced) and len(raced) + 2 * len(kept) == 2 + 2  # 2 kernels each
+    assert any("PyTorch's attention is faster" in k for k in kept) or len(raced) == 2
 
 
 CLEAN = """

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..workloads import Workload
 from .kernels import CheckedKernel
-from .ops import kernel as kernel_op
+from .ops import kernel as kernel_op, pack
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int,
@@ -69,6 +69,31 @@ def task_pair(k: CheckedKernel, seed: int = 0, batch_norm: bool = False) \
     return (lambda: kernel_op(ours, k.address, out_shape, k.numels, k.workspaces)), reference
 
 
+def attention_pair(qk: CheckedKernel, av: CheckedKernel, scale: float, seed: int = 0) \
+        -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(attention as ``nn.compile`` runs it: ``qk``'s kernel, PyTorch's softmax, ``av``'s
+    kernel; PyTorch's ``scaled_dot_product_attention``), each on the same random q, k, v."""
+    b, m, d = qk.workload.inputs[0].shape
+    n, e = av.workload.inputs[1].shape[1:]
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, b, rows, cols, generator=gen)
+               for rows, cols in ((m, d), (n, d), (n, e)))
+
+    def call(kernel: CheckedKernel, a: torch.Tensor, bt: torch.Tensor) -> torch.Tensor:
+        ins = []  # packed by the same op as the compiled graph packs them
+        for i, (t, spec) in enumerate(zip((a, bt), kernel.workload.inputs)):
+            lay = kernel.program.layout_of(i)
+            ins.append(pack(t, list(spec.shape), lay.dim, lay.block) if lay else t)
+        return kernel_op(ins, kernel.address, list(kernel.workload.output.shape), kernel.numels,
+                         kernel.workspaces)
+
+    def ours() -> Any:
+        scores = call(qk, q * scale, k.transpose(-2, -1))
+        return call(av, torch.softmax(scores, -1), v)
+
+    return ours, (lambda: F.scaled_dot_product_attention(q, k, v, scale=scale))
+
+
 def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], Any]:
     extra = dict(zip((x.name for x in w.epilogue_inputs), t[len(t) - len(w.epilogue_inputs):]))
     bias = extra["bias"].reshape(-1) if "bias" in extra else None
@@ -109,4 +134,4 @@ def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], An
     return run
 
 
-__all__ = ["inductor", "interleaved", "task_pair"]
+__all__ = ["attention_pair", "inductor", "interleaved", "task_pair"]

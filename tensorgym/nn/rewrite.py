@@ -20,9 +20,29 @@ from .kernels import CheckedKernel
 from .ops import pack
 
 
-#: layout ops that keep the elements' row-major order (a residual added after them is, in
-#: memory, in the operator's own layout)
+#: layout ops that always keep the elements' row-major order (a residual added after them is,
+#: in memory, in the operator's own layout)
 _KEEP_ORDER = {"view", "reshape", "_unsafe_view", "unflatten", "alias", "contiguous"}
+
+
+def keeps_order(node: Any) -> bool:
+    """Whether layout op ``node`` leaves its input's elements in row-major order: a reshape
+    always; a transpose or permute where it only moves dimensions of size 1 (BERT's attention
+    output, ``(128, 1, 768)`` transposed to ``(1, 128, 768)``, at batch 1)."""
+    op = _aten(node)[0]
+    if op in _KEEP_ORDER:
+        return True
+    if op not in ("transpose", "permute"):
+        return False
+    shape = tuple(node.args[0].meta["val"].shape)
+    dims = list(range(len(shape)))
+    if op == "transpose":
+        a, b = (d % len(shape) for d in node.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+    else:
+        dims = [d % len(shape) for d in node.args[1]]
+    moved = [d for d in dims if shape[d] != 1]
+    return moved == sorted(moved)
 
 
 class NotReplaceable(TensorGymError):
@@ -85,7 +105,8 @@ def replace(gm: Any, node: Any, chain: list, kernel: CheckedKernel, tag: str) ->
     ops = [_aten(n)[0] for n in chain]
     layout = [n for n in chain if _aten(n)[0] in _LAYOUT]
     adds = [i for i, o in enumerate(ops) if o in ("add", "add_")]
-    if adds and any(o in _LAYOUT and o not in _KEEP_ORDER for o in ops[:adds[0]]):
+    if adds and any(o in _LAYOUT and not keeps_order(n)
+                    for n, o in zip(chain[:adds[0]], ops[:adds[0]])):
         # a reshape keeps the elements' order, so the residual's memory is the kernel's layout
         raise NotReplaceable("a residual add after a transpose or permute")
     operands, bias = _operands(gm, node, chain)
@@ -97,19 +118,7 @@ def replace(gm: Any, node: Any, chain: list, kernel: CheckedKernel, tag: str) ->
         consts = [_kernel_input(s, t.shape, program.layout_of(i)) if isinstance(s, torch.Tensor)
                   else s for i, (s, t) in enumerate(zip(sources, kernel.workload.inputs))]
     with graph.inserting_before(final):
-        inputs = []
-        for i, (src, t) in enumerate(zip(consts, kernel.workload.inputs)):
-            if isinstance(src, torch.Tensor):
-                gm.register_buffer(f"{tag}_{i}", src)
-                inputs.append(graph.get_attr(f"{tag}_{i}"))
-            elif program.layout_of(i) is not None:
-                lay = program.layout_of(i)
-                inputs.append(graph.call_function(pack, (src, list(t.shape), lay.dim, lay.block)))
-            else:
-                inputs.append(src)
-        out = graph.call_function(torch.ops.tensorgym.kernel.default,
-                                  (inputs, kernel.address, list(node.meta["val"].shape),
-                                   kernel.numels, kernel.workspaces))
+        out = _call(gm, kernel, consts, tag, list(node.meta["val"].shape))
         out.meta["val"] = node.meta["val"]
         for n in layout:  # elementwise ops commute with them: replay them on the output
             out = graph.call_function(n.target, (out, *n.args[1:]), dict(n.kwargs))
@@ -117,6 +126,64 @@ def replace(gm: Any, node: Any, chain: list, kernel: CheckedKernel, tag: str) ->
     final.replace_all_uses_with(out)
     for n in reversed([node, *chain]):
         graph.erase_node(n)
+
+
+def _call(gm: Any, kernel: Any, sources: list, tag: str, out_shape: list) -> Any:
+    """A node calling ``kernel`` on ``sources`` (graph nodes, or constant tensors already in
+    the kernel's layout, which become buffers ``tag``_<i>); activations the program packs
+    are packed by a node."""
+    graph, program = gm.graph, kernel.program
+    inputs = []
+    for i, (src, t) in enumerate(zip(sources, kernel.workload.inputs)):
+        if isinstance(src, torch.Tensor):
+            gm.register_buffer(f"{tag}_{i}", src)
+            inputs.append(graph.get_attr(f"{tag}_{i}"))
+        elif program.layout_of(i) is not None:
+            lay = program.layout_of(i)
+            inputs.append(graph.call_function(pack, (src, list(t.shape), lay.dim, lay.block)))
+        else:
+            inputs.append(src)
+    return graph.call_function(torch.ops.tensorgym.kernel.default,
+                               (inputs, kernel.address, out_shape, kernel.numels,
+                                kernel.workspaces))
+
+
+def attention_scale(node: Any) -> float:
+    """The softmax scale of a ``scaled_dot_product_attention`` node; NotReplaceable where the
+    node masks, drops out or is causal (the two kernels compute plain attention)."""
+    if _arg(node, 3, "attn_mask") is not None:
+        raise NotReplaceable("attention with a mask")
+    if float(_arg(node, 4, "dropout_p", 0.0) or 0.0) != 0.0:
+        raise NotReplaceable("attention with dropout")
+    if _arg(node, 5, "is_causal", False):
+        raise NotReplaceable("causal attention")
+    if node.kwargs.get("enable_gqa", False):
+        raise NotReplaceable("grouped-query attention")
+    scale = _arg(node, 6, "scale")
+    if scale is not None:
+        return float(scale)
+    return 1.0 / float(node.args[0].meta["val"].shape[-1]) ** 0.5
+
+
+def replace_attention(gm: Any, node: Any, chain: list, qk: Any, av: Any, tag: str) -> None:
+    """Replace the ``scaled_dot_product_attention`` ``node`` by its two batch_matmul kernels
+    with PyTorch's softmax between them: ``av(softmax(qk(q * scale, k^T)), v)``."""
+    if any(_aten(n)[0] not in _LAYOUT for n in chain):
+        raise NotReplaceable("attention with an epilogue")  # layout ops stay as they are
+    scale = attention_scale(node)
+    q, k, v = node.args[:3]
+    graph = gm.graph
+    with graph.inserting_before(node):
+        qs = graph.call_function(torch.ops.aten.mul.Tensor, (q, scale))
+        kt = graph.call_function(torch.ops.aten.transpose.int, (k, -2, -1))
+        scores = _call(gm, qk, [qs, kt], f"{tag}_qk", list(qk.workload.output.shape))
+        probs = graph.call_function(torch.ops.aten._softmax.default, (scores, -1, False))
+        out = _call(gm, av, [probs, v], f"{tag}_av", list(av.workload.output.shape))
+        out = graph.call_function(torch.ops.aten.view.default,
+                                  (out, list(node.meta["val"].shape)))
+        out.meta["val"] = node.meta["val"]
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
 
 
 def _kernel_input(t: torch.Tensor, shape: tuple, layout: Any) -> torch.Tensor:
