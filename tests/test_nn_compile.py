@@ -112,39 +112,11 @@ def test_the_runner_up_config_stands_in_when_the_best_fails(dqn_db, monkeypatch)
 
     monkeypatch.setattr(LocalMeasurer, "time_builds", best_fails)
     model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db, candidates=1)
+    cm = compile(model, x, dqn_db)
     report = cm.tensorgym_report
     assert len(report.replaced) == 5 and not report.kept
     assert all("#2 is used" in r.note and "WRONG_ANSWER" in r.note for r in report.replaced)
     same(model, cm, x.shape, n=1)
-
-
-def test_the_fastest_of_the_candidates_timed_here_runs(dqn_db, monkeypatch):
-    """With ``candidates=3`` each task's three fastest recorded configs are checked and timed
-    side by side in this process; the fastest there runs, whatever its recorded rank."""
-    from tensorgym.nn import compiled as compiled_module
-
-    real = compiled_module.fastest
-    picks = []
-
-    def spy(kernels):
-        chosen, seconds = real(kernels)
-        assert len(kernels) == 3 and seconds[chosen] == min(seconds)
-        picks.append((kernels[chosen], seconds))
-        return chosen, seconds
-
-    monkeypatch.setattr(compiled_module, "fastest", spy)
-    model, x = get_model("dqn")
-    cm = compile(model, x, dqn_db, candidates=3)
-    report = cm.tensorgym_report
-    assert len(report.replaced) == 5 and len(picks) == len(cm.tensorgym_kernels)
-    for kernel, seconds in picks:
-        assert cm.tensorgym_kernels[kernel.key] is kernel
-        assert "the fastest of 3 recorded configs" in kernel.note
-    assert {r.config_index for r in report.replaced} <= {k.config.index for k, _ in picks}
-    same(model, cm, x.shape, n=1)
-    with pytest.raises(TensorGymError, match="candidates"):
-        compile(model, x, dqn_db, candidates=0)
 
 
 def test_a_kernel_that_fails_the_check_is_refused(dqn_db, monkeypatch):
@@ -305,7 +277,7 @@ def test_attention_runs_its_two_kernels_with_the_softmax_between(tmp_path):
     assert dict(tasks) == {"batch_matmul:2,8,16,8": 2, "batch_matmul:2,8,8,16": 2}
     tune(tmp_path / "a.db", "attention", tasks, per_task=4)
     with pytest.warns(CompileWarning, match="causal attention"):
-        cm = compile(Attention(), args, str(tmp_path / "a.db"))
+        cm = compile(Attention(), args, str(tmp_path / "a.db"), attention=True)
     report = cm.tensorgym_report
     assert [r.key for r in report.replaced] == [k for k, _ in tasks]
     assert len(report.kept) == 1 and report.kept[0].reason == "causal attention"
@@ -315,11 +287,13 @@ def test_attention_runs_its_two_kernels_with_the_softmax_between(tmp_path):
             xs = tuple(torch.randn_like(a) for a in args)
             for got, want in zip(cm(*xs), Attention()(*xs)):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    fast = compile(Attention(), args, str(tmp_path / "a.db"), faster_only=True)
+    fast = compile(Attention(), args, str(tmp_path / "a.db"), attention=True, faster_only=True)
     raced = [r.versus_pytorch for r in fast.tensorgym_report.replaced]
     kept = [k.reason for k in fast.tensorgym_report.kept]
     assert all(v > 1 for v in raced) and len(raced) + 2 * len(kept) == 2 + 2  # 2 kernels each
     assert any("PyTorch's attention is faster" in k for k in kept) or len(raced) == 2
+    with pytest.warns(CompileWarning, match="attention=True"):  # off by default
+        assert not compile(Attention(), args, str(tmp_path / "a.db")).tensorgym_report.replaced
 
 
 CLEAN = """

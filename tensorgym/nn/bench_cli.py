@@ -22,15 +22,15 @@ def add_parser(sub: Any, positive: Any) -> None:
     p.add_argument("--faster-only", action="store_true",
                    help="compile with faster_only=True (a kernel replaces its operator only "
                    "where it wins a race against it) and time the module of every kernel beside")
-    p.add_argument("--candidates", type=positive, default=None,
-                   help="recorded configs per task checked and timed side by side at compile, "
-                   "the fastest kept (default: nn.compile's, 3; 1: the recorded best)")
+    p.add_argument("--attention", action="store_true",
+                   help="compile with attention=True (attention runs its two batch_matmul "
+                   "kernels with PyTorch's softmax between them)")
     p.add_argument("--json", action="store_true")
 
 
 def cmd_bench_model(args: argparse.Namespace) -> int:
     from .bench import inductor, interleaved, task_pair
-    from .compiled import CANDIDATES, CompileWarning, compile
+    from .compiled import CompileWarning, compile
     from .models import get_model
 
     model, x = get_model(args.model)
@@ -39,7 +39,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CompileWarning)  # the report below says it
             return compile(model, x, args.db, name=args.model, faster_only=faster_only,
-                           candidates=args.candidates or CANDIDATES)
+                           attention=args.attention)
 
     cm = compiled(args.faster_only)
     report = cm.tensorgym_report

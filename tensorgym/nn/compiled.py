@@ -33,32 +33,6 @@ from .report import CompileReport, KeptNode, ReplacedNode
 CHECK_OPTIONS = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
 RACE_ROUNDS = 7  # interleaved rounds of a kernel against the PyTorch op (medians compared)
 RACE_ROUND_S = 0.02
-#: recorded configs of a task checked and timed side by side here, the fastest kept: a tune's
-#: best is its luckiest sample, and on a host whose speed moves within minutes the runner-up
-#: is as often the faster kernel (BERT's dense layers on the Emerald Rapids VM: the recorded
-#: best 0.8-1.2x the next, re-measured)
-CANDIDATES = 3
-
-
-def race_attention(qk: Any, av: Any, scale: float) -> tuple[float, float]:
-    """(the two kernels with the softmax between them, PyTorch's
-    ``scaled_dot_product_attention``): seconds per call, raced as ``race`` races one kernel."""
-    from .bench import attention_pair, interleaved
-
-    ours, theirs = attention_pair(qk, av, scale)
-    t = interleaved({"ours": ours, "pytorch": theirs}, RACE_ROUNDS, RACE_ROUND_S)
-    return t["ours"], t["pytorch"]
-
-
-def fastest(kernels: list) -> tuple[int, list[float]]:
-    """The index of the fastest of ``kernels`` (checked kernels of one task) and each one's
-    seconds per call, timed in this process in ``RACE_ROUNDS`` interleaved rounds."""
-    from .bench import interleaved, task_pair
-
-    t = interleaved({str(i): task_pair(k)[0] for i, k in enumerate(kernels)}, RACE_ROUNDS,
-                    RACE_ROUND_S)
-    seconds = [t[str(i)] for i in range(len(kernels))]
-    return min(range(len(kernels)), key=seconds.__getitem__), seconds
 
 
 def race(kernel: Any, batch_norm: bool = False) -> tuple[float, float]:
@@ -73,6 +47,16 @@ def race(kernel: Any, batch_norm: bool = False) -> tuple[float, float]:
     return t["ours"], t["pytorch"]
 
 
+def race_attention(qk: Any, av: Any, scale: float) -> tuple[float, float]:
+    """(the two kernels with the softmax between them, PyTorch's
+    ``scaled_dot_product_attention``): seconds per call, raced as ``race`` races one kernel."""
+    from .bench import attention_pair, interleaved
+
+    ours, theirs = attention_pair(qk, av, scale)
+    t = interleaved({"ours": ours, "pytorch": theirs}, RACE_ROUNDS, RACE_ROUND_S)
+    return t["ours"], t["pytorch"]
+
+
 class CompileWarning(UserWarning):
     """Operators of the model that keep PyTorch's implementation (the report says why)."""
 
@@ -80,21 +64,19 @@ class CompileWarning(UserWarning):
 def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str = "cpu", *,
             options: Optional[MeasureOptions] = None, name: str = "",
             fast_pools: bool = True, faster_only: bool = False,
-            candidates: int = CANDIDATES) -> Any:
+            attention: bool = False) -> Any:
     """``model`` (an ``nn.Module``, put in eval mode) with its tuned operators replaced by
     tensorgym kernels: a ``torch.fx.GraphModule`` taking ``example_input``'s shapes, with
     ``tensorgym_report`` (a ``CompileReport``). ``db``: the records database of a tune
     (``tensorgym tune-model``); ``options``: how each kernel is checked (``CHECK_OPTIONS``);
     ``fast_pools``: large max pools run as a separable max of PyTorch ops (``nn.pool``);
     ``faster_only``: a kernel replaces its operator only if it beats it side by side (``race``);
-    ``candidates``: of each task's fastest recorded configs, this many are checked and timed
-    side by side here and the fastest runs (1: the recorded best, unless it fails). Inference only: the kernels have no autograd formula (a backward through one raises)."""
+    ``attention``: attention runs its two batch_matmul tasks' kernels with PyTorch's softmax
+    between them (off by default: on the Emerald Rapids VM they ran BERT's attention in 0.88 ms
+    against PyTorch's 0.66). Inference only: the kernels have no autograd formula (a backward through one raises)."""
     import torch
 
     from .kernels import bind_openmp
-
-    if candidates < 1:
-        raise TensorGymError(f"candidates must be >= 1, got {candidates}")
     from .rewrite import drop_unused_constants  # its import defines torch.ops.tensorgym.kernel
 
     if canonical_target(target) != "cpu":
@@ -116,7 +98,7 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     report = CompileReport(label, device, openmp)
     report.kept += [KeptNode(u.node, u.op, f"untunable: {u.reason}") for u in untunable]
     state = _Compiler(gm, device, threads, options or CHECK_OPTIONS, report, faster_only,
-                      candidates)
+                      attention)
     try:
         with closing(Records(db)) as records:
             for i, (node, task) in enumerate(found):
@@ -142,9 +124,10 @@ class _Compiler:
     """One compile's kernels (by task key) and its measurer, started at the first check."""
 
     def __init__(self, gm: Any, device: str, threads: int, options: MeasureOptions,
-                 report: CompileReport, faster_only: bool = False, candidates: int = 1) -> None:
+                 report: CompileReport, faster_only: bool = False,
+                 attention: bool = False) -> None:
         self.gm, self.device, self.threads, self.options = gm, device, threads, options
-        self.report, self.faster_only, self.candidates = report, faster_only, candidates
+        self.report, self.faster_only, self.with_attention = report, faster_only, attention
         # (key, a batch norm folded) -> (kernel, PyTorch) seconds
         self.raced: dict[tuple[str, bool], tuple[float, float]] = {}
         self.kernels: dict = {}
@@ -155,7 +138,12 @@ class _Compiler:
         from .rewrite import NotReplaceable, replace
 
         if isinstance(task, list):  # attention: two tasks with the softmax between them
-            self.attention(records, node, task, chain, tag)
+            if self.with_attention:
+                self.attention(records, node, task, chain, tag)
+            else:
+                self.report.kept.append(KeptNode(
+                    _name(node), "+".join(t.key for t in task), "attention (PyTorch's unless "
+                    "nn.compile(..., attention=True): its two batch_matmul kernels)"))
             return
         kernel = self.kernel(records, task)
         if isinstance(kernel, str):
@@ -213,22 +201,18 @@ class _Compiler:
 
     def kernel(self, records: Records, task: Any) -> Any:
         """The checked kernel of ``task`` (one per key), or why there is none."""
-        from .kernels import FALLBACK_CONFIGS, check_and_load, config_of, ranked_records
+        from .kernels import check_and_load, config_of, ranked_records
 
         key = task.key
         if key in self.kernels or key in self.refused:
             return self.kernels.get(key) or self.refused[key]
         workload = task.workload()
-        ranked = ranked_records(records, key, self.device,
-                                FALLBACK_CONFIGS + self.candidates - 1)
+        ranked = ranked_records(records, key, self.device)
         if isinstance(ranked, str):
             self.refused[key] = ranked
             return ranked
         failed: list[str] = []  # why the faster configs were passed over
-        checked: list = []  # (place, kernel)
         for place, (rec, note) in enumerate(ranked, 1):
-            if len(checked) == self.candidates:
-                break
             config = config_of(workload, rec)
             if isinstance(config, str):
                 failed.append(f"#{place}: {config}")
@@ -238,29 +222,16 @@ class _Compiler:
 
                 self.measurer = make_measurer("cpu", options=self.options,
                                               num_threads=self.threads)
+            if failed:
+                note = "; ".join(([note] if note else []) + [
+                    f"passed over the faster config(s) {'; '.join(failed)}: #{place} is used"])
             got = check_and_load(self.measurer, workload, config, rec.device, note)
-            if isinstance(got, str):
-                failed.append(f"#{place}: {got}")
-            else:
-                checked.append((place, got))
-        if not checked:
-            self.refused[key] = "; ".join(failed)
-            return self.refused[key]
-        chosen, raced = 0, ""
-        if len(checked) > 1:
-            chosen, seconds = fastest([k for _, k in checked])
-            raced = (f"the fastest of {len(checked)} recorded configs timed side by side "
-                         "here (" + ", ".join(f"#{p} {t * 1e3:.4f} ms" for (p, _), t
-                                              in zip(checked, seconds)) + ")")
-        place, kernel = checked[chosen]
-        notes = [n for n in (kernel.note, raced) if n]
-        if failed:
-            notes.append(f"passed over the config(s) {'; '.join(failed)}")
-        if place > 1:
-            notes.append(f"#{place} is used")
-        kernel.note = "; ".join(notes)
-        self.kernels[key] = kernel
-        return kernel
+            if not isinstance(got, str):
+                self.kernels[key] = got
+                return got
+            failed.append(f"#{place}: {got}")
+        self.refused[key] = "; ".join(failed)
+        return self.refused[key]
 
     def close(self) -> None:
         if self.measurer is not None:
@@ -268,4 +239,4 @@ class _Compiler:
             self.measurer = None
 
 
-__all__ = ["CANDIDATES", "CHECK_OPTIONS", "CompileWarning", "compile", "fastest"]
+__all__ = ["CHECK_OPTIONS", "CompileWarning", "compile"]
