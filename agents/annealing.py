@@ -122,6 +122,15 @@ class ParallelAnnealer:
             self.points += self.space.sample(self.rng, self.n_chains - len(self.points))
         self._rngs = [self.rng] if self.groups == 1 else self.rng.spawn(self.groups)
 
+    def resume(self, points: Sequence[Config]) -> None:
+        """Start from ``points``, the chains of an earlier annealer over the same space (the
+        last batch of the same task): the first call then walks ``resume_steps``, not
+        ``n_steps`` from random points."""
+        if len(points) != self.n_chains:
+            raise ValueError(f"{len(points)} points for {self.n_chains} chains")
+        self.points = list(points)
+        self._rngs = [self.rng] if self.groups == 1 else self.rng.spawn(self.groups)
+
     def walks(self, k: int, exclude: "set[int] | frozenset[int]" = frozenset()) -> list[Walk]:
         """The groups' walks of the next call (chains from random points on the first)."""
         if k < 1:

@@ -80,12 +80,28 @@ class FeatureCache:
     Fixed-length modes give a matrix (one row per config); a mode such as ``ast`` that gives one
     object per program (for tree models) is returned as a list."""
 
-    def __init__(self, featurize: Callable, mode: str, max_entries: int = 50_000) -> None:
+    def __init__(self, featurize: Callable, mode: str, max_entries: int = 50_000,
+                 shared: "dict | None" = None) -> None:
         self.featurize = featurize
         self.mode = mode
         self.max_entries = max_entries
-        self.rows: dict[int, object] = {}
-        self.matrix: bool | None = None
+        # ``shared``: where the rows live, so that another cache of the same workload, space and
+        # mode (the next batch's tuner: ``ModelTuner``'s ``carry``) finds them
+        self._state = shared if shared is not None else {}
+        self._state.setdefault("rows", {})
+        self._state.setdefault("matrix", None)
+
+    @property
+    def rows(self) -> dict:
+        return self._state["rows"]
+
+    @property
+    def matrix(self) -> "bool | None":
+        return self._state["matrix"]
+
+    @matrix.setter
+    def matrix(self, value: bool) -> None:
+        self._state["matrix"] = value
 
     def __call__(self, configs: Sequence[Config], **options) -> "np.ndarray | list":
         """Rows of ``configs``; ``options`` go to ``featurize`` with the configs not seen yet."""
@@ -147,6 +163,11 @@ class ModelTuner(SearchStrategy):
       the same target, device and features while the records it could pretrain on have grown
       by less than ``PRETRAIN_REGROWTH`` (50%); a reused model may have seen the task's own
       records (it was fitted for another task), which only tells it more.
+    - ``carry`` (a dict one job shares between the tuners of a task's successive tunes, e.g.
+      ``tune-model``'s batches): the annealing chains' points and the features of the configs
+      seen are kept there per workload, space and feature mode, so that the next tune of the
+      same task resumes its walk (``sa_resume_steps``) instead of walking ``sa_steps`` from
+      random points, and featurizes only configs not seen before.
     - ``refit_share`` (default 0.05): the model is refitted once the results told since its
       last fit are at least that share of the rows it was fitted on (0: after every batch). A
       fresh tune with the default batch size (an eighth of the budget, so at least 5% of any
@@ -167,7 +188,8 @@ class ModelTuner(SearchStrategy):
                  source_workloads: Sequence = (), max_source_samples: int | None = None,
                  device: str | None = None, warm_start: bool = True, n_seeds: int = 8,
                  pretrain: bool = True, refit_share: float = 0.05,
-                 pretrain_cache: "dict | None" = None, pretrained: "str | None" = None) -> None:
+                 pretrain_cache: "dict | None" = None, pretrained: "str | None" = None,
+                 carry: "dict | None" = None) -> None:
         if (batch_size is not None and batch_size < 1) or plan_ratio < 1.0 or alpha < 0 or not 0 <= epsilon <= 1:
             raise ValueError("need batch_size >= 1, plan_ratio >= 1, alpha >= 0, 0 <= epsilon <= 1")
         if source_workloads and records is None:
@@ -202,6 +224,8 @@ class ModelTuner(SearchStrategy):
         self.n_seeds = n_seeds
         self.pretrain = pretrain
         self.pretrain_cache = pretrain_cache
+        self.carry = carry
+        self._carried: "dict | None" = None  # this task's share of ``carry`` (set by reset)
         self.pretrained = pretrained
         self.new_model()  # fail fast on a bad model spec
         # state of the current search (since reset), for callbacks and inspection: the model,
@@ -366,11 +390,18 @@ class ModelTuner(SearchStrategy):
         self._space = space
         featurize = (functools.partial(u.featurize, loop_names=True)
                      if getattr(self.model, "reads_loop_names", False) else u.featurize)
-        self._features = FeatureCache(featurize, self.model.feature_mode)
+        self._carried = None if self.carry is None else self.carry.setdefault(
+            (space.key or space.name, self.model.feature_mode,
+             bool(getattr(self.model, "reads_loop_names", False))), {})
+        self._features = FeatureCache(
+            featurize, self.model.feature_mode,
+            shared=None if self._carried is None else self._carried.setdefault("features", {}))
         self._annealer = ParallelAnnealer(space, self.n_chains, self.sa_steps,
                                           self.sa_early_stop, seed=rng.spawn(1)[0],
                                           resume_steps=self.sa_resume_steps,
                                           groups=self.sa_groups)
+        if self._carried is not None and len(self._carried.get("points", ())) == self.n_chains:
+            self._annealer.resume(self._carried["points"])
         modules = _model_modules(self.model)
         if self._walks_elsewhere(u, modules):
             if self._walker is None:
@@ -417,6 +448,8 @@ class ModelTuner(SearchStrategy):
             others = self._walker.others(ModelScore(u.workload, self.model.feature_mode,
                                                     self.model, self._space, u.featurizer))
         candidates = self._annealer.find_maximums(self._score, k, exclude=taken, others=others)
+        if self._carried is not None:
+            self._carried["points"] = self._annealer.points
         return seeds + select_batch(candidates, self._space, b, self.alpha, self.epsilon,
                                     self._rng, taken)
 
@@ -585,6 +618,9 @@ OPTIONS = (
            "'shipped': the one shipped for the target, which xgb-pretrained uses)"),
     Option("pretrain_cache", dict, None, "a dict shared by one job's tuners, where a warm "
            "start's pretrained model is kept and reused (tune-model's batches)"),
+    Option("carry", dict, None, "a dict shared by the tuners of a task's successive tunes "
+           "(tune-model's batches), where the annealing chains and the configs' features are "
+           "kept: the next tune resumes the walk"),
     Option("refit_share", float, 0.05, "refit the model once the results told since its last "
            "fit are at least this share of the rows it was fitted on (0: after every batch)"),
 )

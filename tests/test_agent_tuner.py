@@ -255,6 +255,37 @@ def test_feature_cache_featurizes_each_config_once():
         FeatureCache(lambda cs, mode: np.zeros((1, 3)), "config")([a, b])
 
 
+def test_a_carried_tune_resumes_its_walk_and_featurizes_only_new_configs():
+    """Tunes of one task that share ``carry`` (tune-model's batches): the next one's first walk
+    resumes the last one's chains (``sa_resume_steps``), and configs featurized before are not
+    featurized again. A tune without it walks ``sa_steps`` from random points."""
+    env = SyntheticEnv(SPACE, objective)
+    opts = dict(FAST, sa_steps=60, sa_resume_steps=5, sa_early_stop=60)
+    carry: dict = {}
+    first = tune(env, registry.make("xgb", carry=carry, **opts), 32, seed=0)
+    (slot,) = carry.values()
+    assert len(slot["points"]) == opts["n_chains"] and slot["features"]["rows"]
+    featurized = []
+    real = env.featurize
+
+    def counting(configs, *a, **k):
+        featurized.extend(c.index for c in configs)
+        return real(configs, *a, **k)
+
+    env.featurize = counting
+    seen = set(slot["features"]["rows"])
+    tuner = registry.make("xgb", carry=carry, **opts)
+    steps = []
+    tune(env, tuner, 16, seed=1, prior=first,
+         callbacks=[lambda agent, res: steps.append(agent._annealer.steps_taken)])
+    assert steps == [5] and not seen & set(featurized)
+    fresh = registry.make("xgb", **opts)
+    steps.clear()
+    tune(SyntheticEnv(SPACE, objective), fresh, 32, seed=1,
+         callbacks=[lambda agent, res: steps.append(agent._annealer.steps_taken)])
+    assert steps == [0, 60]  # a random first batch, then a walk from random points
+
+
 def test_feature_cache_overflow_keeps_every_requested_row():
     import numpy as np
 

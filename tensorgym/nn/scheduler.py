@@ -23,7 +23,8 @@ task already reached). alpha = 0.2 and beta = 2 are Ansor's; with probability ``
 Every batch is a tune of the agent (``xgb``: the reference tuner, whose cost model starts from
 the records of the other tasks in the database: the transfer across tasks; its pretrained model
 is shared by the batches through its ``pretrain_cache`` and fitted again only once the records
-grew by half) told the task's records first. Its records are tagged ``tune_model`` with the model's name, so that a second run
+grew by half; its annealing chains and configs' features are carried from a task's batch to
+its next through ``carry``) told the task's records first. Its records are tagged ``tune_model`` with the model's name, so that a second run
 with the same database resumes: the trials already spent are counted from the database, and the
 budget is the total over all runs.
 """
@@ -122,8 +123,11 @@ class TaskScheduler:
         self.rng = np.random.default_rng(seed)
         # an agent that declares it (the reference tuner) keeps its pretrained cost model here,
         # so that the batches of every task share it instead of each fitting one anew
+        # and its annealing chains and configs' features per task (``carry``), so that a
+        # task's next batch resumes its walk instead of starting one from random points
         declared = {o.name for o in registry.spec(agent).options}
-        self._agent_options = {"pretrain_cache": {}} if "pretrain_cache" in declared else {}
+        self._agent_options = {name: {} for name in ("pretrain_cache", "carry")
+                               if name in declared}
         self.tasks = [TaskState(get_workload(w), int(n)) for w, n in tasks]
         if self.records is not None:
             self.records.restore_unsaved()
