@@ -168,6 +168,8 @@ class ModelTuner(SearchStrategy):
       seen are kept there per workload, space and feature mode, so that the next tune of the
       same task resumes its walk (``sa_resume_steps``) instead of walking ``sa_steps`` from
       random points, and featurizes only configs not seen before.
+      The annealing helper process is kept there too, for the job's later tunes: the job ends
+      it (``close`` on each of the dict's values that has one, as ``tune-model`` does).
     - ``refit_share`` (default 0.05): the model is refitted once the results told since its
       last fit are at least that share of the rows it was fitted on (0: after every batch). A
       fresh tune with the default batch size (an eighth of the budget, so at least 5% of any
@@ -405,9 +407,13 @@ class ModelTuner(SearchStrategy):
         modules = _model_modules(self.model)
         if self._walks_elsewhere(u, modules):
             if self._walker is None:
+                self._walker = None if self.carry is None else self.carry.get("walker")
+            if self._walker is None:
                 self._walker = WalkHelper(
                     modules,
                     functools.partial(_warm_features, u.workload, space, self.model.feature_mode))
+                if self.carry is not None:  # the job's later tunes walk on it too
+                    self.carry["walker"] = self._walker
             self._walker.start()  # it starts while the first batch is measured
         else:
             self.close()
@@ -500,9 +506,11 @@ class ModelTuner(SearchStrategy):
                 and "__main__" not in modules)
 
     def close(self) -> None:
-        """Stop the annealing helper process (a later ``reset`` starts it again)."""
+        """Stop the annealing helper process (a later ``reset`` starts it again); one kept in
+        ``carry`` is left to the job, which closes it when it ends."""
         if self._walker is not None:
-            self._walker.close()
+            if self.carry is None or self.carry.get("walker") is not self._walker:
+                self._walker.close()
             self._walker = None
 
     def _score(self, configs: Sequence[Config]) -> np.ndarray:
@@ -619,8 +627,8 @@ OPTIONS = (
     Option("pretrain_cache", dict, None, "a dict shared by one job's tuners, where a warm "
            "start's pretrained model is kept and reused (tune-model's batches)"),
     Option("carry", dict, None, "a dict shared by the tuners of a task's successive tunes "
-           "(tune-model's batches), where the annealing chains and the configs' features are "
-           "kept: the next tune resumes the walk"),
+           "(tune-model's batches), where the annealing chains, the configs' features and the "
+           "annealing helper are kept: the next tune resumes the walk"),
     Option("refit_share", float, 0.05, "refit the model once the results told since its last "
            "fit are at least this share of the rows it was fitted on (0: after every batch)"),
 )

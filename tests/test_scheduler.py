@@ -20,6 +20,7 @@ from tensorgym.session import make_measurer
 from tensorgym.workloads import get_workload
 
 from .cli_run import cli
+from .proc_tree import descendants, survivors
 
 TASKS = [("matmul:16,16,16", 2), ("matmul:8,24,16", 1), ("dense:4,32,16+bias", 3)]
 FAST = MeasureOptions(repeat=3, max_repeat=3, min_repeat_ms=1.0, calibrate=False)
@@ -62,6 +63,20 @@ def test_spends_exactly_its_budget_and_resumes(tmp_path, measurer, scheduler):
     assert len(mine) == 22 and max(counts.values()) == 1
     with TaskScheduler("tiny", TASKS, str(db), 22, batch=4, measurer=measurer) as s:
         assert s.run(progress=False).trials_now == 0  # spent: nothing more
+
+
+def test_the_batches_share_one_annealing_helper_that_ends_with_the_scheduler(tmp_path):
+    before = descendants(os.getpid())
+    with TaskScheduler("tiny", TASKS, str(tmp_path / "h.db"), 24, batch=4,
+                       measurer=make_measurer("cpu", options=FAST, num_threads=1)) as s:
+        s.run(progress=False)
+        carry = s._agent_options["carry"]
+        helper = carry["walker"]
+        assert helper.child.alive and not helper.failed  # kept between the batches
+        assert len([k for k in carry if k != "walker"]) == len(TASKS)  # a slot per task
+        s.measurer.close()
+    assert not helper.child.alive and not carry
+    assert not survivors(descendants(os.getpid()) - before)
 
 
 def test_round_robin_is_even(tmp_path, measurer):

@@ -246,6 +246,12 @@ class TaskScheduler:
                 "share": t.latency / total if math.isfinite(total) and total > 0 else None}
 
     def close(self) -> None:
+        # what the agent kept for the next batches (the reference tuner's annealing helper
+        # process): ended here, duck-typed, as tensorgym never imports the agents
+        for item in list(self._agent_options.get("carry", {}).values()):
+            if callable(getattr(item, "close", None)):
+                item.close()
+        self._agent_options.get("carry", {}).clear()
         if self._own_measurer:
             self.measurer.close()
         if self._own_records and self.records is not None:
