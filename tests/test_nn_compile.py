@@ -76,6 +76,15 @@ def test_export_sees_the_custom_op(dqn_db):
     same(model, ep.module(), x.shape, n=1)
 
 
+def test_a_backward_through_a_kernel_raises(dqn_db):
+    model, x = get_model("dqn")
+    cm = compile(model, x, dqn_db)
+    with pytest.raises(RuntimeError, match="inference only"):  # no autograd formula
+        cm(x.clone().requires_grad_(True)).sum().backward()
+    with torch.no_grad():
+        same(model, cm, x.shape, n=1)
+
+
 def test_an_operator_without_a_record_keeps_pytorch(dqn_db):
     nn = torch.nn
     torch.manual_seed(0)
