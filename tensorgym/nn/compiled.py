@@ -73,8 +73,8 @@ def compile(model: Any, example_input: Any, db: "str | os.PathLike", target: str
     ``faster_only``: a kernel replaces its operator only if it beats it side by side (``race``);
     ``attention``: attention runs its two batch_matmul tasks' kernels with PyTorch's softmax
     between them (off by default: on the Emerald Rapids VM they ran BERT's attention in 0.88 ms
-    against PyTorch's 0.66). Inference only: the kernels have no autograd formula (an input that requires grad while
-    grad is enabled is refused with a RuntimeError)."""
+    against PyTorch's 0.66). Inference only: the kernels have no autograd formula (an input
+    that requires grad while grad is enabled is refused with a RuntimeError)."""
     import torch
 
     from .kernels import bind_openmp

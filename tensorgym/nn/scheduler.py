@@ -23,10 +23,11 @@ task already reached). alpha = 0.2 and beta = 2 are Ansor's; with probability ``
 Every batch is a tune of the agent (``xgb``: the reference tuner, whose cost model starts from
 the records of the other tasks in the database: the transfer across tasks; its pretrained model
 is shared by the batches through its ``pretrain_cache`` and fitted again only once the records
-grew by half; its annealing chains and configs' features are carried from a task's batch to
-its next through ``carry``) told the task's records first. Its records are tagged ``tune_model`` with the model's name, so that a second run
-with the same database resumes: the trials already spent are counted from the database, and the
-budget is the total over all runs.
+grew by half; its annealing chains, configs' features and annealing helper process are
+carried from a task's batch to its next through ``carry``) told the task's records first. Its
+records are tagged ``tune_model`` with the model's name, so that a second run with the same
+database resumes: the trials already spent are counted from the database, and the budget is
+the total over all runs.
 """
 from __future__ import annotations
 
