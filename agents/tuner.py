@@ -390,11 +390,10 @@ class ModelTuner(SearchStrategy):
             self.model = self.build_model(u, seed)
         self._seeds = self._seed_configs(u, space) if self.warm_start else []
         self._space = space
-        featurize = (functools.partial(u.featurize, loop_names=True)
-                     if getattr(self.model, "reads_loop_names", False) else u.featurize)
+        loop_names = bool(getattr(self.model, "reads_loop_names", False))
+        featurize = functools.partial(u.featurize, loop_names=True) if loop_names else u.featurize
         self._carried = None if self.carry is None else self.carry.setdefault(
-            (space.key or space.name, self.model.feature_mode,
-             bool(getattr(self.model, "reads_loop_names", False))), {})
+            (space.key or space.name, self.model.feature_mode, loop_names), {})
         self._features = FeatureCache(
             featurize, self.model.feature_mode,
             shared=None if self._carried is None else self._carried.setdefault("features", {}))

@@ -20,7 +20,7 @@ import torch
 
 from tensorgym.hardware.cpu import host_cpu_name
 from tensorgym.nn import CompileWarning, compile, get_model
-from tensorgym.nn.bench import interleaved
+from tensorgym.nn.bench import interleaved, latency_table
 
 
 def main() -> None:
@@ -48,9 +48,7 @@ def main() -> None:
     lat = interleaved(fns, args.rounds, args.min_round_ms / 1e3)
     print(f"\n{args.model} on {host_cpu_name()}, {torch.get_num_threads()} threads, median of "
           f"{args.rounds} interleaved rounds")
-    print("| variant | latency ms | eager / this |\n|---|---:|---:|")
-    for name, s in lat.items():
-        print(f"| {name} | {s * 1e3:.3f} | {lat['eager'] / s:.2f}x |")
+    print(latency_table({name: s * 1e3 for name, s in lat.items()}))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 
 from tensorgym.hardware.cpu import host_cpu_name
 from tensorgym.nn import CompileWarning, compile, get_model
-from tensorgym.nn.bench import interleaved
+from tensorgym.nn.bench import interleaved, latency_table
 from tensorgym.nn.ops import _run
 
 
@@ -52,9 +52,7 @@ def main() -> None:
                        "custom_op (before)": lambda: old(x)}, args.rounds, 0.05)
     print(f"{args.model} on {host_cpu_name()}, {torch.get_num_threads()} threads, {calls} kernel "
           f"calls a forward, median of {args.rounds} interleaved rounds")
-    print("| variant | latency ms | eager / this |\n|---|---:|---:|")
-    for name, s in lat.items():
-        print(f"| {name} | {s * 1e3:.3f} | {lat['eager'] / s:.2f}x |")
+    print(latency_table({name: s * 1e3 for name, s in lat.items()}))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,13 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int,
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def latency_table(ms: dict[str, float]) -> str:
+    """A markdown table of variants' latencies (milliseconds, one named ``eager``) and eager's
+    latency over each."""
+    rows = [f"| {name} | {v:.3f} | {ms['eager'] / v:.2f}x |" for name, v in ms.items()]
+    return "\n".join(["| variant | latency ms | eager / this |", "|---|---:|---:|", *rows])
+
+
 def inductor(model: Any, x: Any) -> "tuple[Any, str]":
     """``torch.compile(model)`` (inductor) run once on ``x``, or (None, why it cannot)."""
     try:
@@ -134,4 +141,4 @@ def _torch_op(w: Workload, t: list, batch_norm: bool = False) -> Callable[[], An
     return run
 
 
-__all__ = ["attention_pair", "inductor", "interleaved", "task_pair"]
+__all__ = ["attention_pair", "inductor", "interleaved", "latency_table", "task_pair"]

@@ -95,6 +95,8 @@ def output_check(compiled: Any, model: Any, x: Any, rtol: float = RTOL,
 
 
 def _print(out: dict, report: Any) -> None:
+    from .bench import latency_table
+
     lat = out["latency_ms"]
     print(f"{report.summary()}; median of {out['rounds']} interleaved rounds")
     c = out["output"]
@@ -102,9 +104,7 @@ def _print(out: dict, report: Any) -> None:
           f"{c['max_eager']:.3g}), "
           + ("within" if c["within"] else "NOT within")
           + f" rtol {c['rtol']:g} + atol {c['atol']:g}")
-    print("| variant | latency ms | eager / this |\n|---|---:|---:|")
-    for name, ms in lat.items():
-        print(f"| {name} | {ms:.3f} | {lat['eager'] / ms:.2f}x |")
+    print(latency_table(lat))
     if out["inductor"] != "ok":
         print(f"inductor: {out['inductor']}")
     if "inductor" in lat:
