@@ -308,6 +308,8 @@ def parse_args(argv: "Sequence[str] | None" = None) -> argparse.Namespace:
     p.add_argument("--remeasure", type=int, default=3, help="rounds re-measuring bests (>= 1)")
     p.add_argument("--replay-speed", default="1", metavar="live|X",
                    help="divide the replay's seconds by X, or by the speed read per task here")
+    p.add_argument("--world-seed", default="0", metavar="N|seed",
+                   help="with --on-miss draw: the field of draws, or 'seed' for each seed's own")
     p.add_argument("--out", default="sim_to_real.json")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--docs", help="a folder for each task's two leaderboard results documents")
@@ -336,6 +338,7 @@ def settings(args: argparse.Namespace, agents: list[str], seeds: list[int]) -> d
             "dataset": str(Path(args.dataset).resolve()), "on_miss": args.on_miss,
             "threads": args.threads, "remeasure": args.remeasure, "order": "live, replay",
             **({} if args.replay_speed == "1" else {"replay_speed": args.replay_speed}),
+            **({} if args.world_seed == "0" else {"world_seed": args.world_seed}),
             **({"live_from": str(Path(args.live_from).resolve())} if args.live_from else {})}
 
 
@@ -420,7 +423,9 @@ def main(argv: "Sequence[str] | None" = None) -> dict[str, Any]:
                          vendor=False, records=False, threads=args.threads,
                          replay=Dataset.load(args.dataset), on_miss=args.on_miss,
                          replay_speed=(args.replay_speed if args.replay_speed == "live"
-                                       else float(args.replay_speed)))
+                                       else float(args.replay_speed)),
+                         world_seed=(args.world_seed if args.world_seed == "seed"
+                                     else int(args.world_seed)))
     say: Say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.verbose else (
         lambda m: None)
     docs = Path(args.docs) if args.docs else None

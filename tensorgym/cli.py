@@ -60,6 +60,18 @@ def _non_negative(text: str) -> int:
     return n
 
 
+def _world_seed(text: str) -> "int | str":
+    if text == "seed":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an integer >= 0 or 'seed', not {text!r}")
+    return value
+
+
 def _replay_speed(text: str) -> "float | str":
     if text == "live":
         return text
@@ -175,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --replay: divide the replay's seconds by this machine's speed "
                      "against the records' (X), or read it per task here (live: its fastest "
                      "recorded configs timed again); docs/dataset.md")
+    run.add_argument("--world-seed", type=_world_seed, default=0, metavar="N|seed",
+                     help="with --replay --on-miss draw: the field of draws (0), or 'seed' for "
+                     "each seed's own drawn world (docs/dataset.md)")
     run.add_argument("--track", choices=["live", "generalization"], default="live",
                      help="generalization: score each run's best of its first k trials (--ks) "
                      "live, against the vendor and the reference tuner (xgb, run beside), with "
@@ -538,6 +553,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         registry.make(a)  # fail on a bad name before measuring anything
     if args.replay is None and args.replay_speed != 1.0:
         raise UsageError("--replay-speed scales a replay's answers: it needs --replay DATASET")
+    if args.world_seed != 0 and (args.replay is None or args.on_miss != "draw"):
+        raise UsageError("--world-seed picks a replay's drawn answers: it needs --replay DATASET "
+                         "--on-miss draw")
     if args.replay is not None and (args.ray is not None or args.db):
         raise UsageError("--replay does not go with --ray or --db: replayed trials are not "
                          "measurements")
@@ -550,7 +568,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                          vendor=not args.no_vendor, records=args.db, threads=args.threads,
                          ray=args.ray, journal=f"{args.out}.partial.jsonl",
                          replay=args.replay, on_miss=args.on_miss,
-                         replay_speed=args.replay_speed, track=args.track,
+                         replay_speed=args.replay_speed, world_seed=args.world_seed,
+                         track=args.track,
                          ks=tuple(args.ks))
     doc = run_suite(suite, agents, options,
                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))

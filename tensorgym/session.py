@@ -34,15 +34,15 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
                   dataset: Any = None, on_miss: Optional[str] = None,
                   dataset_device: Optional[str] = None, workload: Optional[Workload] = None,
                   live: Optional[Measurer] = None, world: Any = None,
-                  replay_speed: float = 1.0) -> Measurer:
+                  replay_speed: float = 1.0, world_seed: int = 0) -> Measurer:
     """The measurer of ``measure`` ("live": this machine, or the Ray cluster ``ray`` — True or
     "" for a local or default one, else its address; "replay": answers from ``dataset``, misses
     answered as ``on_miss`` says, with ``live`` for ``on_miss="measure"`` and ``world`` (a world
     model or its directory) for ``on_miss="surrogate"``, its seconds divided by
-    ``replay_speed``: this machine's speed against the records', ``dataset.speed``).
-    ``num_threads``: CPU threads of parallel loops (0: all)."""
+    ``replay_speed``: this machine's speed against the records', ``dataset.speed``; and
+    ``world_seed``: the field of ``on_miss="draw"``'s draws). ``num_threads``: CPU threads of parallel loops (0: all)."""
     target = canonical_target(target)
-    check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed)
+    check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed, world_seed)
     if world is not None and measure != "replay":
         raise TensorGymError("world= is the world model of measure='replay' (its misses)")
     kwargs = runtime_kwargs(target, num_threads, here=ray in (None, False))
@@ -50,7 +50,7 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
     if measure == "replay":
         return ReplayMeasurer(dataset, target, on_miss or "error", device=dataset_device, live=live,
                               options=options, runtime_kwargs=kwargs, workload=workload,
-                              world=world, speed=replay_speed)
+                              world=world, speed=replay_speed, world_seed=world_seed)
     if ray is None or ray is False:
         return LocalMeasurer(target, options, **kwargs)
     from .measure.ray import RayMeasurer  # imports ray, an optional dependency
@@ -61,7 +61,7 @@ def make_measurer(target: str, measure: str = "live", *, options: Optional[Measu
 
 def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = None,
                   on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
-                  replay_speed: float = 1.0) -> None:
+                  replay_speed: float = 1.0, world_seed: int = 0) -> None:
     """Refuse a combination of ``make_measurer``'s choices that names no measurer, or an option
     that does not apply to the one it names."""
     if measure not in MEASURE_MODES:
@@ -76,6 +76,9 @@ def check_measure(measure: str, dataset: Any = None, ray: "str | bool | None" = 
                              "live session measures every config")
     if measure == "live" and replay_speed != 1.0:
         raise TensorGymError("replay_speed= scales a replay's answers: it needs measure='replay'")
+    if world_seed != 0 and on_miss != "draw":
+        raise TensorGymError("world_seed= picks the draws of on_miss='draw' (a replay's "
+                             "misses); it means nothing without them")
     if ray not in (None, False, True) and not isinstance(ray, str):
         raise TensorGymError(f"ray is an address ('auto', host:port), True or None, not "
                              f"{ray!r}")
@@ -123,9 +126,9 @@ class TuningSession:
 
     ``measurer``: a measurer to share (the session does not close it); without one the session
     makes its own on the first measurement, as ``measure`` / ``ray`` / ``dataset`` /
-    ``on_miss`` / ``dataset_device`` / ``world`` / ``replay_speed`` / ``measure_options`` /
-    ``num_threads`` say (:func:`make_measurer`). A replay's is made at once (a dataset without this task fails
-    here), with ``measurer`` as the live one that ``on_miss="measure"`` measures with.
+    ``on_miss`` / ``dataset_device`` / ``world`` / ``replay_speed`` / ``world_seed`` /
+    ``measure_options`` / ``num_threads`` say (:func:`make_measurer`). A replay's is made at
+    once (a dataset without this task fails here), with ``measurer`` as the live one that ``on_miss="measure"`` measures with.
     ``records``: a path, a ``Records``, ``None`` (the default database under the user cache dir)
     or ``False`` (keep nothing). ``use_cache``: serve configs already in the records instead of
     measuring them again. ``budget``: the most trials (None: no limit); ``budget_seconds``: the
@@ -141,7 +144,8 @@ class TuningSession:
                  measure: str = "live", ray: "str | bool | None" = None, dataset: Any = None,
                  on_miss: Optional[str] = None, dataset_device: Optional[str] = None,
                  measure_options: Optional[MeasureOptions] = None,
-                 num_threads: int = 0, world: Any = None, replay_speed: float = 1.0) -> None:
+                 num_threads: int = 0, world: Any = None, replay_speed: float = 1.0,
+                 world_seed: int = 0) -> None:
         self.workload = get_workload(workload)
         self.target = canonical_target(target)
         if budget is not None and (not is_int(budget) or budget < 1):
@@ -162,7 +166,8 @@ class TuningSession:
         self.record_options: dict = {}  # kept with each record written (e.g. by a collection)
         self._make = dict(measure=measure, options=measure_options or MeasureOptions(),
                           num_threads=num_threads, ray=ray, dataset=dataset, on_miss=on_miss,
-                          dataset_device=dataset_device, world=world, replay_speed=replay_speed)
+                          dataset_device=dataset_device, world=world, replay_speed=replay_speed,
+                          world_seed=world_seed)
         runtime_kwargs(self.target, num_threads, here=ray in (None, False))  # fails here
         self._measurer, self._own_measurer = measurer, measurer is None
         if measure == "replay":
@@ -171,7 +176,8 @@ class TuningSession:
             self._own_measurer = True  # it closes the live one only if it made it itself
             self._measurer.task(self.workload)  # a dataset without this task fails here
         else:
-            check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed)
+            check_measure(measure, dataset, ray, on_miss, dataset_device, replay_speed,
+                          world_seed)
             if world is not None:
                 raise TensorGymError("world= is the world model of measure='replay' (its "
                                      "misses)")

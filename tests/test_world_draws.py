@@ -199,3 +199,69 @@ def test_fit_world_calibrate_writes_what_replay_draws_with(tmp_path):
             plain.measure(w, [C6_SPACE.get(12345)])
     finally:
         plain.close()
+
+
+@needs_reference
+def test_a_world_seed_is_a_fixed_world_of_its_own(calibrated):
+    """``world_seed`` picks the field: the same seed answers alike (in the replay, the vector
+    env and a pickled copy), another seed draws other answers from the same quantiles."""
+    import pickle
+
+    w = get_workload(C6)
+    data = Dataset.load(REFERENCE)
+    recorded = {C6_SPACE.from_json(r.config_json).index for r in data.records
+                if r.workload_key == w.key}
+    idx = np.array([i for i in np.random.default_rng(3).integers(0, C6_SPACE.size, 400).tolist()
+                    if i not in recorded][:256])
+    seeded = {s: ReplayMeasurer(data, "cpu", on_miss="draw", world=calibrated, world_seed=s)
+              for s in (0, 1)}
+    try:
+        task = seeded[0].task(w)
+        (s0, _), (s1, _) = (seeded[s].predict_miss_indices(task, idx) for s in (0, 1))
+        np.testing.assert_allclose(s0, calibrated.draw_indices(w, "cpu", idx, 0).seconds)
+        np.testing.assert_allclose(s1, calibrated.draw_indices(w, "cpu", idx, 1).seconds)
+        assert np.mean(np.isclose(s0, s1)) < 0.1  # another world
+        point = calibrated.predict_indices(w, "cpu", idx, spread=False).seconds
+        assert np.corrcoef(np.log(s0 / point), np.log(s1 / point))[0, 1] < 0.3
+        copy = pickle.loads(pickle.dumps(seeded[1]))
+        try:
+            np.testing.assert_allclose(copy.predict_miss_indices(copy.task(w), idx)[0], s1)
+        finally:
+            copy.close()
+        assert seeded[1].describe()["world_seed"] == 1
+        vec = ReplayVectorEnv(w, data, num_envs=2, on_miss="draw", world=calibrated,
+                              world_seed=1)
+        try:
+            np.testing.assert_allclose(vec.replay.predict_miss_indices(vec.task, idx)[0], s1)
+        finally:
+            vec.close()
+    finally:
+        for r in seeded.values():
+            r.close()
+    with pytest.raises(TensorGymError, match="world_seed"):
+        ReplayMeasurer(data, "cpu", on_miss="draw", world=calibrated, world_seed=-1)
+
+
+def test_world_seed_needs_drawn_answers():
+    from tensorgym.leaderboard.replay_track import check_world_seed, world_seed_option
+    from tensorgym.session import check_measure
+
+    with pytest.raises(TensorGymError, match="world_seed"):
+        check_measure("replay", dataset="x", on_miss="surrogate", world_seed=2)
+    with pytest.raises(TensorGymError, match="world_seed"):
+        check_world_seed(3, "surrogate")
+    with pytest.raises(TensorGymError, match="world_seed"):
+        check_world_seed("agent", "draw")
+    check_world_seed("seed", "draw")
+    assert [world_seed_option("seed", "draw", s) for s in (0, 1, 2)] == \
+        [{"world_seed": 0}, {"world_seed": 1}, {"world_seed": 2}]
+    assert world_seed_option(5, "draw", 1) == {"world_seed": 5}
+    assert world_seed_option("seed", "surrogate", 1) == {}
+
+
+def test_the_cli_refuses_a_world_seed_without_drawn_answers():
+    from .cli_run import cli
+
+    rc, out, err = cli(["leaderboard", "run", "tiny-cpu", "--agents", "random", "--out", "x.json",
+                        "--world-seed", "seed"])
+    assert rc != 0 and "--world-seed" in err

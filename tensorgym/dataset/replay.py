@@ -16,7 +16,8 @@ is a miss, answered as ``on_miss`` says:
 - ``draw``: as ``surrogate``, each config's time multiplied by its fixed draw of the world
   model's error on held-out configs (``world/draws.py``), so that answers spread as measured
   times do and the best of many misses is not biased slow (the default world is then calibrated
-  when fitted);
+  when fitted). ``world_seed`` picks the field of draws: one seed is one fixed world (the
+  default, 0); a leaderboard can give each of its seeds its own (``RunOptions.world_seed``);
 - ``measure``: measured on this machine, which must be the dataset's device.
 
 A record whose only sample may be a kernel's cold first run (``Record.cold_only``) is no
@@ -53,7 +54,7 @@ from ..hardware.target import get_target
 from ..measure import LocalMeasurer, MeasureOptions, MeasurerDefaults
 from ..measure.base import confirmed
 from ..measure.result import MeasureResult, spread
-from ..space import Config, ConfigSpace
+from ..space import Config, ConfigSpace, is_int
 from ..task import Task
 from ..templates import check_config, space_for
 from ..workloads import Workload
@@ -65,7 +66,7 @@ WORLD_MISS = ("surrogate", "draw")  # misses the world model answers
 SOURCES = ("recorded", "surrogate", "measured")
 CACHED_MODES = ("relation", "context", "config")  # feature modes kept per recorded config
 MAX_MISS_ROWS = 200_000  # feature rows of missed configs kept in memory (then forgotten)
-DRAW_SEED = 0  # of on_miss="draw": fixed, so every replay of a dataset draws alike
+DRAW_SEED = 0  # the default world_seed of on_miss="draw": every replay of a dataset draws alike
 FAIL_THRESHOLD = 0.5  # a miss the world model gives a higher probability of failing fails
 
 
@@ -165,7 +166,8 @@ class ReplayMeasurer(MeasurerDefaults):
     and ``runtime_kwargs``). ``cache_dir``: where feature rows and the world model are kept
     (default: ``<dataset>.cache`` beside it). ``world``: the world model of
     ``on_miss="surrogate"`` (a ``WorldModel`` or a saved one's directory; default: fitted on this
-    dataset). ``speed``: the module docstring's (> 0)."""
+    dataset). ``speed``: the module docstring's (> 0). ``world_seed``: the field of
+    ``on_miss="draw"``'s draws (an integer >= 0; each seed a fixed world of its own)."""
 
     timed = False  # its answers were timed when the dataset was collected
 
@@ -175,13 +177,16 @@ class ReplayMeasurer(MeasurerDefaults):
                  options: Optional[MeasureOptions] = None,
                  runtime_kwargs: Optional[dict] = None, cache_dir: Optional[str] = None,
                  workload: Optional[Workload] = None, world: Any = None,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, world_seed: int = DRAW_SEED) -> None:
         if on_miss not in ON_MISS:
             raise TensorGymError(f"unknown on_miss {on_miss!r}; use one of {', '.join(ON_MISS)}")
         if not is_speed(speed):
             raise TensorGymError(f"speed must be a positive number (recorded seconds over this "
                                  f"machine's now), got {speed!r}")
+        if not is_int(world_seed) or world_seed < 0:
+            raise TensorGymError(f"world_seed must be an integer >= 0, got {world_seed!r}")
         self.speed = float(speed)
+        self.world_seed = int(world_seed)
         self.dataset = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
         self.target_info = get_target(target)
         self.target = self.target_info.kind
@@ -269,6 +274,7 @@ class ReplayMeasurer(MeasurerDefaults):
         return {"target": self.target, "device": self.device, "replay": self.dataset.path,
                 "dataset_digest": self.dataset.digest, "on_miss": self.on_miss,
                 "resample": self.resample, "speed": self.speed,
+                **({"world_seed": self.world_seed} if self.on_miss == "draw" else {}),
                 **asdict(self.options)}
 
     def close(self) -> None:
@@ -286,7 +292,8 @@ class ReplayMeasurer(MeasurerDefaults):
         # measurer if it needs one
         return (_new_replay, (self.dataset, self.target, self.on_miss, self.device, self._seed,
                               self.resample, None, self.options, self.runtime_kwargs,
-                              self._cache_dir, None, self._world_spec, self.speed),
+                              self._cache_dir, None, self._world_spec, self.speed,
+                              self.world_seed),
                 self._rng.getstate())
 
     def __setstate__(self, state: Any) -> None:
@@ -446,7 +453,7 @@ class ReplayMeasurer(MeasurerDefaults):
                              indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``predict_misses`` of config indices of ``task.space``, with no ``Config`` made."""
         world = self.world_model()
-        pred = (world.draw_indices(task.workload, self.target, indices, DRAW_SEED)
+        pred = (world.draw_indices(task.workload, self.target, indices, self.world_seed)
                 if self.on_miss == "draw" else
                 world.predict_indices(task.workload, self.target, indices, spread=False))
         return np.asarray(pred.seconds, np.float64), pred.p_fail > FAIL_THRESHOLD

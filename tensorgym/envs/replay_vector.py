@@ -45,7 +45,7 @@ class ReplayVectorEnv(VectorEnv):
     """``num_envs`` replay episodes of ``workload`` on ``target``, answered from ``dataset``
     (a path or a loaded ``Dataset``); misses as ``on_miss`` says ("surrogate": the world model,
     ``world`` or the one fitted on the dataset; "draw": its answers times each config's fixed
-    draw of its error; or "error").
+    draw of its error, from the field ``world_seed`` picks; or "error").
     ``budget``, ``reward`` and ``failure_reward`` are the single env's."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -54,7 +54,7 @@ class ReplayVectorEnv(VectorEnv):
                  num_envs: int = 64, target: str = "cpu", budget: int = 200,
                  reward: str = "log_speedup", failure_reward: Optional[float] = None,
                  on_miss: str = "surrogate", dataset_device: Optional[str] = None,
-                 resample: bool = True, world: Any = None) -> None:
+                 resample: bool = True, world: Any = None, world_seed: int = 0) -> None:
         if not is_int(num_envs) or num_envs < 1:
             raise TensorGymError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if not is_int(budget) or budget < 1:
@@ -67,7 +67,8 @@ class ReplayVectorEnv(VectorEnv):
                                  "'nearest' or 'measure')")
         self.workload = get_workload(workload)
         self.replay = ReplayMeasurer(dataset, target, on_miss=on_miss, device=dataset_device,
-                                     resample=resample, workload=self.workload, world=world)
+                                     resample=resample, workload=self.workload, world=world,
+                                     world_seed=world_seed)
         self.task = self.replay.task(self.workload)
         self.space = self.task.space
         if self.space.size >= 2 ** 62:

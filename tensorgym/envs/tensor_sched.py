@@ -166,7 +166,8 @@ class TensorSchedEnv(gym.Env):
     ``use_cache``, ``measure_options``, ``measurer`` (share one between envs), ``num_threads``
     (CPU threads of parallel loops; 0 = all cores), ``confirm_best``, ``early_stop``,
     ``measure`` ("live" or "replay") with ``dataset``, ``on_miss``, ``dataset_device``,
-    ``world`` and ``replay_speed`` (tensorgym.dataset.speed), and ``budget_seconds``.
+    ``world``, ``replay_speed`` (tensorgym.dataset.speed) and ``world_seed`` (the field of
+    ``on_miss="draw"``'s draws), and ``budget_seconds``.
 
     ## Measurements
     Each trial is measured by the session's measurer (docs/measurement.md): a would-be best is

@@ -13,6 +13,10 @@ only suits agents that propose recorded configs.
 records' (``tensorgym.dataset.speed``): a number for every task, or ``"live"``, read for each task
 here, before its entries, from its fastest recorded configs timed live. The run's ``dataset``
 keeps each task's factor (``speed``), so the search figures say in whose seconds they are.
+
+``RunOptions.world_seed`` picks the field of ``draw``'s draws: one integer (0) puts every entry
+in the same drawn world; ``"seed"`` gives each seed its own, so that an agent's mean over seeds
+is over worlds as well as over its own randomness (the run's ``dataset`` keeps which).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tensorgym.errors import TensorGymError
 from tensorgym.measure import LocalMeasurer, Measurer
+from tensorgym.space import is_int
 from tensorgym.task import Task
 from tensorgym.workloads import get_workload
 
@@ -45,6 +50,7 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
         raise TensorGymError(f"on_miss {options.on_miss!r} does not suit a replay leaderboard; "
                              f"use one of {', '.join(REPLAY_ON_MISS)}")
     check_replay_speed(options.replay_speed)
+    check_world_seed(options.world_seed, options.on_miss)
     if options.remeasure < 1:
         raise TensorGymError("a replay leaderboard reports only live re-measurements of each "
                              "best: remeasure must be >= 1")
@@ -66,7 +72,9 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
                                  seeds, info, track="replay",
                                  dataset={"path": data.path, "digest": data.digest,
                                           "device": info["name"], "on_miss": options.on_miss,
-                                          "records": len(data), "speed": {}})
+                                          "records": len(data), "speed": {},
+                                          **({"world_seed": options.world_seed}
+                                             if options.on_miss == "draw" else {})})
     missing = [f"{w}@{t}" for w, t in suite.tasks
                if not data.by_task.get(Task(get_workload(w).key, t, devices[t]))]
     if missing and options.on_miss not in ("surrogate", "draw"):  # the world model answers
@@ -87,13 +95,14 @@ def run_suite_replay(suite: Suite, agents: Sequence[str], options: "RunOptions",
             if speed["read"]:
                 say(f"{get_workload(workload).label}@{target}: this machine runs at "
                     f"{speed['speed']:.2f}x the records' speed; the replay answers at it")
-            entry_options = replace(options, remeasure=0, records=False, session_options={
-                **options.session_options, "measure": "replay", "dataset": data,
-                "on_miss": options.on_miss, "dataset_device": devices[target],
-                "replay_speed": speed["speed"]})
             entries = []
             for agent in agents:
                 for seed in seeds:
+                    entry_options = replace(options, remeasure=0, records=False, session_options={
+                        **options.session_options, "measure": "replay", "dataset": data,
+                        "on_miss": options.on_miss, "dataset_device": devices[target],
+                        "replay_speed": speed["speed"],
+                        **world_seed_option(options.world_seed, options.on_miss, seed)})
                     e = run_entry(agent, workload, target, seed, trials, entry_options,
                                   measurer=measurers[target])
                     entries.append(e)
@@ -120,6 +129,22 @@ def check_replay_speed(speed: "float | str") -> None:
     if speed != "live" and not is_speed(speed):
         raise TensorGymError(f"replay_speed is 'live' or a positive number (recorded seconds "
                              f"over this machine's now), not {speed!r}")
+
+
+def check_world_seed(world_seed: "int | str", on_miss: str) -> None:
+    if world_seed != "seed" and not (is_int(world_seed) and world_seed >= 0):
+        raise TensorGymError(f"world_seed is an integer >= 0 or 'seed' (each entry's own), not "
+                             f"{world_seed!r}")
+    if world_seed not in (0, "seed") and on_miss != "draw":
+        raise TensorGymError("world_seed picks the draws of on_miss='draw'; it means nothing "
+                             f"with on_miss={on_miss!r}")
+
+
+def world_seed_option(world_seed: "int | str", on_miss: str, seed: int) -> dict[str, int]:
+    """The session option of an entry's drawn world (none where misses are not drawn)."""
+    if on_miss != "draw":
+        return {}
+    return {"world_seed": int(seed) if world_seed == "seed" else int(world_seed)}
 
 
 def task_speed(data: Any, workload: str, target: str, device: str, options: "RunOptions",

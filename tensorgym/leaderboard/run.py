@@ -46,6 +46,9 @@ class RunOptions:
     # replay: seconds divided by this machine's speed against the records' (dataset.speed):
     # a number for every task, or "live" to read each task's here before its entries
     replay_speed: "float | str" = 1.0
+    # replay, on_miss="draw": the field of draws, one integer for every entry, or "seed" for
+    # each entry's own seed (each seed then searches its own drawn world)
+    world_seed: "int | str" = 0
     track: str = "live"  # "generalization": scored at each k of ``ks`` (leaderboard.generalization)
     ks: tuple[int, ...] = (8, 32, 128)
 
