@@ -5,7 +5,7 @@ world model) rank search agents as the real machine does, and do its promised be
         [--suite corpus-test-cpu] [--tasks N | --task KEY ...] [--agents random,grid,ga,xgb,ppo] \\
         [--seeds 0,1,2] [--trials 64] [--on-miss surrogate] [--threads T] [--remeasure 3] \\
         [--replay-speed live|X] [--out sim_to_real.json] [--resume] [--docs DIR] \
-        [--live-from EARLIER.json]
+        [--live-from EARLIER.json] [--world-seed N|seed]
 
 Per task (task by task, so that the machine's drift over a long run hits every agent of a task
 alike), every agent x seed runs twice, both times through the leaderboard harness
@@ -54,6 +54,9 @@ speed factor its replay answered at are taken from that file, so a new replay wo
 ``--on-miss``, another world model) is judged against the same live measurements, at the same
 hour's speed. The replay track still re-measures each replay best live, now: ``promise`` then
 compares replay figures in that hour's seconds with this hour's times (a diagnostic only).
+
+``--world-seed`` (with ``--on-miss draw``): the drawn world every seed searches (0), or ``seed``
+for each seed its own (``RunOptions.world_seed``); ``sim_to_real_worlds.py`` compares the two.
 
 The JSON (``--out``) is rewritten after each task; ``--resume`` keeps the tasks it holds (the
 same agents, seeds, trials, dataset, on_miss, threads and remeasure rounds, else it refuses) and
