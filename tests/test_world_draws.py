@@ -240,6 +240,8 @@ def test_a_world_seed_is_a_fixed_world_of_its_own(calibrated):
             r.close()
     with pytest.raises(TensorGymError, match="world_seed"):
         ReplayMeasurer(data, "cpu", on_miss="draw", world=calibrated, world_seed=-1)
+    with pytest.raises(TensorGymError, match="world_seed"):
+        ReplayVectorEnv(w, data, num_envs=2, on_miss="surrogate", world=calibrated, world_seed=1)
 
 
 def test_world_seed_needs_drawn_answers():

@@ -185,6 +185,9 @@ class ReplayMeasurer(MeasurerDefaults):
                                  f"machine's now), got {speed!r}")
         if not is_int(world_seed) or world_seed < 0:
             raise TensorGymError(f"world_seed must be an integer >= 0, got {world_seed!r}")
+        if world_seed != DRAW_SEED and on_miss != "draw":
+            raise TensorGymError(f"world_seed picks the draws of on_miss='draw'; it means nothing "
+                                 f"with on_miss={on_miss!r}")
         self.speed = float(speed)
         self.world_seed = int(world_seed)
         self.dataset = dataset if isinstance(dataset, Dataset) else Dataset.load(dataset)
