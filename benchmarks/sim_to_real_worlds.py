@@ -20,7 +20,7 @@ import json
 import statistics
 from typing import Any, Sequence
 
-from bench_sim_to_real import kendall_tau
+from bench_sim_to_real import TARGET_RATIO_TOLERANCE, TARGET_TAU, kendall_tau
 
 
 def world_of(doc: dict[str, Any]) -> int:
@@ -78,9 +78,12 @@ def main(argv: "Sequence[str] | None" = None) -> None:
         print(f"| {', '.join(map(str, worlds))} | {tau:.3f} | {ratio:.3f} |")
     for name, rows in (("fixed worlds", fixed), ("a world per seed", spread)):
         if rows:
-            print(f"{name}: mean tau {statistics.fmean(r[0] for r in rows):.3f} "
-                  f"({min(r[0] for r in rows):.3f}-{max(r[0] for r in rows):.3f}), median ratio "
-                  f"{statistics.median(r[1] for r in rows):.3f}")
+            taus = [r[0] for r in rows]
+            both = sum(t >= TARGET_TAU and abs(r - 1) <= TARGET_RATIO_TOLERANCE for t, r in rows)
+            print(f"{name}: median tau {statistics.median(taus):.3f} (mean "
+                  f"{statistics.fmean(taus):.3f}, {min(taus):.3f}-{max(taus):.3f}), median ratio "
+                  f"{statistics.median(r[1] for r in rows):.3f}; {both} of {len(rows)} meet both "
+                  f"targets (tau >= {TARGET_TAU}, ratio within {TARGET_RATIO_TOLERANCE:.0%} of 1)")
 
 
 if __name__ == "__main__":
