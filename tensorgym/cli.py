@@ -61,15 +61,7 @@ def _non_negative(text: str) -> int:
 
 
 def _world_seed(text: str) -> "int | str":
-    if text == "seed":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"an integer >= 0 or 'seed', not {text!r}")
-    return value
+    return text if text == "seed" else _non_negative(text)
 
 
 def _replay_speed(text: str) -> "float | str":
