@@ -10,6 +10,8 @@ Per round: the probe (``leaderboard.peak.fma_peak``, one 0.1 s run) and the kern
 3 batches of calls lasting >= 20 ms each), in alternating order. Printed per layer: the medians
 of the kernel's GFLOP/s, of the probe's, and of the per-round share kernel / probe; and the
 kernel's share of the peak book's best (the fastest moment ever read here: ``tensorgym peak``).
+A share over 100% is flagged, not printed (the kernel outran the probe: the probe's moment was
+slow), as in the leaderboard's tables; the last column keeps each round's raw ratio.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 
 from tensorgym.hardware.cpu import CPURuntime, host_cpu_name
 from tensorgym.leaderboard.peak import PeakBook, fma_peak
+from tensorgym.leaderboard.tables import OVER_PEAK
 from tensorgym.lower import lower
 from tensorgym.measure.worker import tolerance
 from tensorgym.records import Records
@@ -52,6 +55,11 @@ def kernel_gflops(w, kernel, bufs) -> float:
     return w.flops / min(kernel.time(bufs, number) for _ in range(3)) / 1e9
 
 
+def share_cell(share: float) -> str:
+    """A share of a peak as printed: one over 100% is flagged, as the leaderboard does."""
+    return f"{share:.0%}" if share <= 1.0 else OVER_PEAK
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--db", required=True, help="records database holding the layers' tunes")
@@ -64,7 +72,7 @@ def main() -> None:
     print(f"CPU {host_cpu_name()}, {args.threads} thread(s), {args.rounds} rounds; the peak "
           f"book's best: {f'{book:.1f} GFLOP/s' if book else 'none yet (tensorgym peak)'}")
     print("| layer | kernel GFLOP/s | probe GFLOP/s | share of the probe (same round) "
-          "| share of the book's best | rounds' shares |")
+          "| share of the book's best | kernel / probe, round by round |")
     print("|---|---:|---:|---:|---:|---|")
     for name in args.workloads:
         w, kernel, bufs = best_kernel(args.db, name, args.threads)
@@ -83,8 +91,8 @@ def main() -> None:
         finally:
             kernel.release(bufs)
         print(f"| {w.label} | {statistics.median(ks):.1f} | {statistics.median(ps):.1f} "
-              f"| {statistics.median(shares):.0%} "
-              f"| {f'{statistics.median(ks) / book:.0%}' if book else '-'} | "
+              f"| {share_cell(statistics.median(shares))} "
+              f"| {share_cell(statistics.median(ks) / book) if book else '-'} | "
               + " ".join(f"{s:.2f}" for s in shares) + " |", flush=True)
 
 
