@@ -203,8 +203,29 @@ def test_bench_model_smoke(dqn_db):
     assert set(got["latency_ms"]) == {"tensorgym", "eager"} and got["replaced"] == 5
     assert len(got["tasks"]) == 5 and all(t["ours_ms"] > 0 for t in got["tasks"])
     assert got["output"]["within"] and got["output"]["max_abs"] < 1e-3  # checked against eager
+    error = got["output"]["vs_float64"]  # each side's error against the model in float64
+    assert 0 <= error["eager"] < 1e-3 and 0 <= error["tensorgym"] < 1e-3
     rc, out, err = cli(["bench-model", "dqn", "--db", dqn_db + ".missing"])
     assert rc == 1 and "does not exist" in err
+
+
+def test_output_check_compares_both_sides_with_float64_where_the_model_runs_so():
+    from tensorgym.nn.bench_cli import output_check
+
+    class Float32Only(torch.nn.Module):
+        def forward(self, x):
+            if x.dtype != torch.float32:
+                raise RuntimeError("float32 only")
+            return x * 3.0
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    rounded = lambda t: (t * 3.0).half().float()  # noqa: E731 - a "compiled" side off by fp16
+    check = output_check(rounded, torch.nn.Linear(8, 8).eval(), x)  # another model: not within
+    assert not check["within"] and set(check["vs_float64"]) == {"tensorgym", "eager"}
+    check = output_check(rounded, Float32Only(), x)
+    assert check["max_abs"] > 0 and not check["within"] and "vs_float64" not in check
+    exact = output_check(lambda t: t * 3.0, Float32Only(), x)
+    assert exact["within"] and exact["max_abs"] == 0
 
 
 class Small(torch.nn.Module):
